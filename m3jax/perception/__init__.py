@@ -1,0 +1,1 @@
+"""m3jax.perception"""
