@@ -1,0 +1,278 @@
+"""One decoder for the Llama, Qwen2 and Qwen3 families (Flax NNX).
+
+Family differences are config flags, not subclasses: Qwen2 has q/k/v biases (`qkv_bias`), Qwen3 RMS-normalises q
+and k per head (`qk_norm`), Llama variants differ in RoPE scaling, Qwen2.5-Omni's LM uses multimodal RoPE
+(`mrope_section`). Layers are stored stacked (`[layers, ...]`) and run with `lax.scan`, so a 30-layer model
+compiles once per shape instead of 30 times, and the KV cache is one `[layers, batch, seq, kv_heads, head_dim]`
+array pair that the sampler donates between calls.
+
+The cache is slot-addressed per sequence: `cache.length[b]` tokens of row b are already written, new tokens are
+appended at that offset (ragged batches, multi-turn continuation) and attend to every slot `<=` their own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jaxtyping import Array, Float, Int
+
+from m3jax.models import rope as rope_lib
+
+_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+
+@dataclasses.dataclass(frozen=True)
+class DecoderConfig:
+  """Architecture + dtype policy. `from_hf` reads a Hugging Face `config.json` dict."""
+
+  vocab_size: int
+  hidden_size: int
+  intermediate_size: int
+  num_layers: int
+  num_heads: int
+  num_kv_heads: int
+  head_dim: int
+  rope_theta: float = 10000.0
+  rope_scaling: dict | None = None
+  rms_norm_eps: float = 1e-6
+  tie_embeddings: bool = False
+  qkv_bias: bool = False
+  qk_norm: bool = False
+  mrope_section: tuple[int, ...] | None = None
+  max_position_embeddings: int = 8192
+  param_dtype: str = "float32"
+  compute_dtype: str = "float32"
+  model_type: str = "llama"
+
+  def __post_init__(self):
+    if self.num_heads % self.num_kv_heads:
+      raise ValueError(f"num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}")
+    if self.head_dim % 2:
+      raise ValueError(f"head_dim={self.head_dim} must be even for RoPE")
+    if self.mrope_section is not None and 2 * sum(self.mrope_section) != self.head_dim:
+      raise ValueError(f"mrope_section {self.mrope_section} must sum to head_dim/2={self.head_dim // 2}")
+    for name in ("param_dtype", "compute_dtype"):
+      if getattr(self, name) not in _DTYPES:
+        raise ValueError(f"{name}={getattr(self, name)!r}; expected one of {sorted(_DTYPES)}")
+
+  @property
+  def dtype(self):
+    return _DTYPES[self.compute_dtype]
+
+  @property
+  def pdtype(self):
+    return _DTYPES[self.param_dtype]
+
+  @classmethod
+  def from_hf(cls, hf: dict[str, Any], **overrides) -> "DecoderConfig":
+    """Maps a Hugging Face config dict (Llama / Qwen2 / Qwen3 / Qwen2.5-Omni text config) to a DecoderConfig."""
+    model_type = hf.get("model_type", "llama")
+    rope = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
+    theta = rope.pop("rope_theta", None) or hf.get("rope_theta", 10000.0)
+    mrope = rope.pop("mrope_section", None)
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    scaling = None if rope_type in ("default", None) else rope
+    heads = hf["num_attention_heads"]
+    supported = {"llama", "qwen2", "qwen3", "mistral", "qwen2_5_omni_text", "qwen2_5_omni_thinker", "smollm3"}
+    if model_type not in supported:
+      raise ValueError(f"unsupported model_type {model_type!r}; supported: {sorted(supported)}")
+    kw = dict(
+        vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], intermediate_size=hf["intermediate_size"],
+        num_layers=hf["num_hidden_layers"], num_heads=heads,
+        num_kv_heads=hf.get("num_key_value_heads") or heads,
+        head_dim=hf.get("head_dim") or hf["hidden_size"] // heads,
+        rope_theta=float(theta), rope_scaling=scaling, rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
+        tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+        qkv_bias=model_type.startswith("qwen2") or bool(hf.get("attention_bias", False)),
+        qk_norm=model_type == "qwen3",
+        mrope_section=tuple(mrope) if mrope else None,
+        max_position_embeddings=hf.get("max_position_embeddings", 8192), model_type=model_type)
+    kw.update(overrides)
+    return cls(**kw)
+
+  def to_hf(self) -> dict[str, Any]:
+    """The inverse of `from_hf` (used when saving a Hugging Face directory)."""
+    rope = {"rope_type": "default", "rope_theta": self.rope_theta}
+    if self.rope_scaling:
+      rope.update(self.rope_scaling)
+    arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+    return {
+        "architectures": [arch.get(self.model_type, "LlamaForCausalLM")], "model_type": self.model_type,
+        "vocab_size": self.vocab_size, "hidden_size": self.hidden_size,
+        "intermediate_size": self.intermediate_size, "num_hidden_layers": self.num_layers,
+        "num_attention_heads": self.num_heads, "num_key_value_heads": self.num_kv_heads, "head_dim": self.head_dim,
+        "rope_parameters": rope, "rope_theta": self.rope_theta, "rms_norm_eps": self.rms_norm_eps,
+        "tie_word_embeddings": self.tie_embeddings, "max_position_embeddings": self.max_position_embeddings,
+        "attention_bias": self.qkv_bias and self.model_type == "llama", "hidden_act": "silu",
+        "torch_dtype": "float32"}
+
+
+@flax.struct.dataclass
+class KVCache:
+  """Per-layer keys/values plus the number of filled slots per sequence."""
+
+  k: Float[Array, "L B S K Dh"]
+  v: Float[Array, "L B S K Dh"]
+  length: Int[Array, "B"]
+
+  @property
+  def max_len(self) -> int:
+    return self.k.shape[2]
+
+
+def _param(rngs: nnx.Rngs, shape, dtype, logical, *, scale=0.02, fill=None):
+  value = jnp.full(shape, fill, dtype) if fill is not None else scale * jax.random.normal(rngs.params(), shape, dtype)
+  return nnx.Param(value, logical=logical)
+
+
+def rms_norm(x: Array, w: Array, eps: float) -> Array:
+  """HF RMSNorm: normalise in float32, cast back, then scale."""
+  xf = x.astype(jnp.float32)
+  y = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
+  return w.astype(x.dtype) * y.astype(x.dtype)
+
+
+class Decoder(nnx.Module):
+  """Decoder-only transformer; see the module docstring for the cache contract."""
+
+  def __init__(self, cfg: DecoderConfig, *, rngs: nnx.Rngs | None = None):
+    rngs = rngs or nnx.Rngs(0)
+    c, pd = cfg, cfg.pdtype
+    L, D, F, H, K, Dh = c.num_layers, c.hidden_size, c.intermediate_size, c.num_heads, c.num_kv_heads, c.head_dim
+    self.cfg = cfg
+    self.embed = _param(rngs, (c.vocab_size, D), pd, ("vocab", "embed"))
+    self.attn_norm = _param(rngs, (L, D), pd, ("layers", "norm"), fill=1.0)
+    self.wq = _param(rngs, (L, D, H, Dh), pd, ("layers", "embed", "heads", "head_dim"))
+    self.wk = _param(rngs, (L, D, K, Dh), pd, ("layers", "embed", "kv_heads", "head_dim"))
+    self.wv = _param(rngs, (L, D, K, Dh), pd, ("layers", "embed", "kv_heads", "head_dim"))
+    self.wo = _param(rngs, (L, H, Dh, D), pd, ("layers", "heads", "head_dim", "embed"))
+    if c.qkv_bias:
+      self.bq = _param(rngs, (L, H, Dh), pd, ("layers", "heads", "head_dim"))
+      self.bk = _param(rngs, (L, K, Dh), pd, ("layers", "kv_heads", "head_dim"))
+      self.bv = _param(rngs, (L, K, Dh), pd, ("layers", "kv_heads", "head_dim"))
+    if c.qk_norm:
+      self.q_norm = _param(rngs, (L, Dh), pd, ("layers", "norm"), fill=1.0)
+      self.k_norm = _param(rngs, (L, Dh), pd, ("layers", "norm"), fill=1.0)
+    self.mlp_norm = _param(rngs, (L, D), pd, ("layers", "norm"), fill=1.0)
+    self.w_gate = _param(rngs, (L, D, F), pd, ("layers", "embed", "mlp"))
+    self.w_up = _param(rngs, (L, D, F), pd, ("layers", "embed", "mlp"))
+    self.w_down = _param(rngs, (L, F, D), pd, ("layers", "mlp", "embed"))
+    self.final_norm = _param(rngs, (D,), pd, ("norm",), fill=1.0)
+    if not c.tie_embeddings:
+      self.lm_head = _param(rngs, (D, c.vocab_size), pd, ("embed", "vocab"))
+
+  # ---------------------------------------------------------------------------------------------------- API
+  def init_cache(self, batch: int, max_len: int, dtype=None) -> KVCache:
+    c = self.cfg
+    shape = (c.num_layers, batch, max_len, c.num_kv_heads, c.head_dim)
+    dtype = dtype or c.dtype
+    return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), jnp.zeros((batch,), jnp.int32))
+
+  def lm_head_weight(self) -> Float[Array, "D V"]:
+    return self.embed.value.T if self.cfg.tie_embeddings else self.lm_head.value
+
+  def __call__(self, tokens: Int[Array, "B T"], cache: KVCache | None = None, chunk_len: Int[Array, "B"] | None = None,
+               positions: Array | None = None) -> tuple[Float[Array, "B T V"], KVCache | None]:
+    h, cache = self.hidden(tokens, cache, chunk_len, positions)
+    return self.logits(h), cache
+
+  def logits(self, h: Float[Array, "B T D"]) -> Float[Array, "B T V"]:
+    w = self.lm_head_weight().astype(self.cfg.dtype)
+    return jnp.einsum("btd,dv->btv", h.astype(self.cfg.dtype), w, preferred_element_type=jnp.float32)
+
+  def embed_tokens(self, tokens: Int[Array, "B T"]) -> Float[Array, "B T D"]:
+    return jnp.take(self.embed.value, tokens, axis=0).astype(self.cfg.dtype)
+
+  def hidden(self, tokens: Int[Array, "B T"] | None, cache: KVCache | None = None,
+             chunk_len: Int[Array, "B"] | None = None, positions: Array | None = None, *,
+             inputs_embeds: Float[Array, "B T D"] | None = None) -> tuple[Float[Array, "B T D"], KVCache | None]:
+    """Final-norm hidden states. `inputs_embeds` replaces the token embedding (multimodal merging)."""
+    x = self.embed_tokens(tokens) if inputs_embeds is None else inputs_embeds.astype(self.cfg.dtype)
+    B, T = x.shape[:2]
+    chunk_len = jnp.full((B,), T, jnp.int32) if chunk_len is None else chunk_len.astype(jnp.int32)
+    start = jnp.zeros((B,), jnp.int32) if cache is None else cache.length
+    slots = start[:, None] + jnp.arange(T, dtype=jnp.int32)[None, :]  # cache slot of every query [B, T]
+    if positions is None:
+      positions = slots
+    c = self.cfg
+    inv_freq, rope_scale = rope_lib.inv_frequencies(c.head_dim, c.rope_theta, c.rope_scaling, c.max_position_embeddings)
+    cos, sin = rope_lib.cos_sin(positions, inv_freq, c.mrope_section, rope_scale)
+    valid_len = start + chunk_len
+    layer_params = {k: getattr(self, k).value for k in self._layer_keys()}
+
+    def body(carry, xs):
+      x, ck, cv = carry
+      p, layer = xs
+      x, ck, cv = self._layer(x, p, layer, ck, cv, slots, valid_len, cos, sin, cache is not None)
+      return (x, ck, cv), None
+
+    if cache is None:
+      dummy = jnp.zeros((0,), x.dtype)
+      (x, _, _), _ = jax.lax.scan(body, (x, dummy, dummy), (layer_params, jnp.arange(self.cfg.num_layers)))
+      new_cache = None
+    else:
+      (x, ck, cv), _ = jax.lax.scan(body, (x, cache.k, cache.v), (layer_params, jnp.arange(self.cfg.num_layers)))
+      new_cache = KVCache(ck, cv, valid_len)
+    return rms_norm(x, self.final_norm.value, self.cfg.rms_norm_eps), new_cache
+
+  # ---------------------------------------------------------------------------------------------- internals
+  def _layer_keys(self) -> list[str]:
+    keys = ["attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_gate", "w_up", "w_down"]
+    if self.cfg.qkv_bias:
+      keys += ["bq", "bk", "bv"]
+    if self.cfg.qk_norm:
+      keys += ["q_norm", "k_norm"]
+    return keys
+
+  def _layer(self, x, p, layer, ck, cv, slots, valid_len, cos, sin, use_cache):
+    c, dt = self.cfg, self.cfg.dtype
+    mm = lambda spec, a, w: jnp.einsum(spec, a, w.astype(dt), preferred_element_type=jnp.float32)
+    h = rms_norm(x, p["attn_norm"], c.rms_norm_eps)
+    q, k, v = mm("btd,dhk->bthk", h, p["wq"]), mm("btd,dhk->bthk", h, p["wk"]), mm("btd,dhk->bthk", h, p["wv"])
+    if c.qkv_bias:
+      q, k, v = q + p["bq"], k + p["bk"], v + p["bv"]
+    q, k, v = q.astype(dt), k.astype(dt), v.astype(dt)
+    if c.qk_norm:
+      q, k = rms_norm(q, p["q_norm"], c.rms_norm_eps), rms_norm(k, p["k_norm"], c.rms_norm_eps)
+    q, k = rope_lib.apply(q, cos, sin), rope_lib.apply(k, cos, sin)
+    if use_cache:
+      B, T = slots.shape
+      rows = jnp.broadcast_to(jnp.arange(B)[:, None], (B, T))
+      ck = ck.at[layer, rows, slots].set(k.astype(ck.dtype), mode="drop")
+      cv = cv.at[layer, rows, slots].set(v.astype(cv.dtype), mode="drop")
+      keys, values = ck[layer].astype(dt), cv[layer].astype(dt)
+    else:
+      keys, values = k, v
+    attn = attention(q, keys, values, slots, valid_len)
+    x = x + mm("bthk,hkd->btd", attn, p["wo"]).astype(dt)
+    h = rms_norm(x, p["mlp_norm"], c.rms_norm_eps)
+    gate, up = mm("btd,df->btf", h, p["w_gate"]), mm("btd,df->btf", h, p["w_up"])
+    x = x + mm("btf,fd->btd", (jax.nn.silu(gate) * up).astype(dt), p["w_down"]).astype(dt)
+    return x, ck, cv
+
+
+def attention(q: Float[Array, "B T H Dh"], k: Float[Array, "B S K Dh"], v: Float[Array, "B S K Dh"],
+              q_slots: Int[Array, "B T"], valid_len: Int[Array, "B"]) -> Float[Array, "B T H Dh"]:
+  """Grouped-query attention; query at slot t sees key slots s <= t that are filled (s < valid_len)."""
+  B, T, H, Dh = q.shape
+  K = k.shape[2]
+  qg = q.reshape(B, T, K, H // K, Dh)
+  scores = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=jnp.float32) * (Dh ** -0.5)
+  s_idx = jnp.arange(k.shape[1])
+  mask = (s_idx[None, None, :] <= q_slots[:, :, None]) & (s_idx[None, None, :] < valid_len[:, None, None])
+  scores = jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
+  probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+  out = jnp.einsum("bkgts,bskd->btkgd", probs, v, preferred_element_type=jnp.float32)
+  return out.reshape(B, T, H, Dh).astype(q.dtype)
+
+
+def logical_axes(model: nnx.Module) -> Any:
+  """The `logical` metadata of every parameter, in the structure of `nnx.state(model, nnx.Param)`."""
+  state = nnx.state(model, nnx.Param)
+  return jax.tree.map(lambda var: var.get_metadata().get("logical"), state,
+                      is_leaf=lambda x: isinstance(x, nnx.Variable))

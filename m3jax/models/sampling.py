@@ -1,0 +1,305 @@
+"""The sampler: jitted prefill, an on-device decode loop, and multi-turn continuation on the same KV cache.
+
+One sampler serves the controller, the LLM judge, the text memory writer, Whisper and RL rollouts. It drives any
+model with the contract `model(tokens, cache, chunk_len) -> (logits, cache)` + `model.init_cache(batch, max_len)`
+(see `decoder.py`); models that can return hidden states (`model.hidden` + `model.logits`) get a cheaper prefill
+that projects only the last position of each row onto the vocabulary.
+
+Throughput design:
+* prompt length, batch size and cache length are padded to buckets, so a workload compiles a bounded number of
+  times (`Sampler.compilations` counts traces);
+* decode is a `lax.while_loop` that stops when every row is done or the budget is spent; the cache is donated;
+* stop strings need detokenisation, so they are checked on the host every `stop_check_interval` steps (the loop
+  resumes on device from where it stopped); stop token ids are checked on device every step;
+* `continue_` appends new tokens (a tool result, a user message) at each row's own cache offset and keeps decoding,
+  without re-prefilling the conversation.
+
+Log-probs are log p(token) under softmax(logits / temperature) (temperature 1 when greedy), before top-k/top-p
+truncation — the behaviour policy's log-probs that the RL learner uses as the old policy.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import functools
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh
+
+from m3jax.parallel import named_sharding
+
+FINISH_STOP, FINISH_LENGTH, FINISH_STOP_STRING = "stop", "length", "stop_string"
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingConfig:
+  max_new_tokens: int = 256
+  greedy: bool = False
+  temperature: float = 1.0
+  top_p: float = 1.0
+  top_k: int = 0  # 0 = no top-k
+  stop_token_ids: tuple[int, ...] = ()
+  stop_strings: tuple[str, ...] = ()
+  seed: int = 0
+  stop_check_interval: int = 32
+  length_buckets: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+  batch_buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+  def __post_init__(self):
+    if self.max_new_tokens < 1:
+      raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+    if not self.greedy and self.temperature <= 0:
+      raise ValueError(f"temperature must be > 0 when sampling (use greedy=True for argmax), got {self.temperature}")
+    if not 0 < self.top_p <= 1:
+      raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+    if self.top_k < 0:
+      raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+    if self.stop_strings and self.stop_check_interval < 1:
+      raise ValueError("stop_check_interval must be >= 1")
+
+
+@dataclasses.dataclass
+class DecodeState:
+  """What `continue_` needs: the device cache and, per row, the committed history not yet written to it."""
+
+  cache: Any
+  history: list[list[int]]  # prompt + kept generated tokens, per row
+  batch: int  # bucketed batch size of the cache
+
+
+@dataclasses.dataclass
+class SampleOutput:
+  tokens: list[list[int]]
+  logprobs: list[np.ndarray]
+  finish_reason: list[str]
+  state: DecodeState
+  text: list[str] | None = None
+
+
+def _bucket(n: int, buckets: Sequence[int]) -> int:
+  i = bisect.bisect_left(buckets, n)
+  if i == len(buckets):
+    raise ValueError(f"size {n} exceeds the largest bucket {buckets[-1]}")
+  return buckets[i]
+
+
+def sample_token(logits: jax.Array, key: jax.Array, cfg: SamplingConfig) -> tuple[jax.Array, jax.Array]:
+  """Samples one token per row from logits [B, V]; returns (token [B], log-prob [B])."""
+  logits = logits.astype(jnp.float32)
+  if cfg.greedy:
+    tok = jnp.argmax(logits, axis=-1)
+    logp = jax.nn.log_softmax(logits, axis=-1)
+  else:
+    scaled = logits / cfg.temperature
+    logp = jax.nn.log_softmax(scaled, axis=-1)
+    if cfg.top_k:
+      vals, idx = jax.lax.top_k(scaled, min(cfg.top_k, scaled.shape[-1]))
+    elif cfg.top_p < 1:
+      idx = jnp.argsort(-scaled, axis=-1)
+      vals = jnp.take_along_axis(scaled, idx, axis=-1)
+    else:
+      vals, idx = scaled, None
+    if cfg.top_p < 1:
+      probs = jax.nn.softmax(vals, axis=-1)
+      before = jnp.cumsum(probs, axis=-1) - probs  # mass strictly above each candidate (sorted descending)
+      vals = jnp.where(before < cfg.top_p, vals, -jnp.inf)
+    choice = jax.random.categorical(key, vals, axis=-1)
+    tok = choice if idx is None else jnp.take_along_axis(idx, choice[:, None], axis=-1)[:, 0]
+  return tok.astype(jnp.int32), jnp.take_along_axis(logp, tok[:, None].astype(jnp.int32), axis=-1)[:, 0]
+
+
+class Sampler:
+  """Batched generation with a donated KV cache; see the module docstring."""
+
+  def __init__(self, model: nnx.Module, config: SamplingConfig = SamplingConfig(), tokenizer=None,
+               mesh: Mesh | None = None, cache_dtype=None):
+    self.graphdef, self.params = nnx.split(model)
+    self.model, self.config, self.tokenizer, self.mesh = model, config, tokenizer, mesh
+    self.cache_dtype = cache_dtype
+    self.compilations = 0
+    self._prefill = jax.jit(self._prefill_impl, donate_argnums=(1,))
+    self._decode = jax.jit(self._decode_impl, donate_argnums=(1,), static_argnames=("cfg",))
+
+  # ------------------------------------------------------------------------------------------- public API
+  def generate(self, prompts: Sequence[Sequence[int]], config: SamplingConfig | None = None, cache=None,
+               seed: int | None = None) -> SampleOutput:
+    """Generates a continuation for every prompt (ragged lengths). `cache` may be a pre-built empty cache."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+      raise ValueError("generate() needs at least one prompt and every prompt needs at least one token")
+    cfg = config or self.config
+    batch = _bucket(len(prompts), cfg.batch_buckets)
+    if cache is None:
+      need = max(len(p) for p in prompts) + cfg.max_new_tokens
+      cache = self._new_cache(batch, _bucket(need, cfg.length_buckets))
+    state = DecodeState(cache, [[] for _ in range(batch)], batch)
+    return self.continue_(state, [list(p) for p in prompts], cfg, seed)
+
+  def continue_(self, state: DecodeState, new_tokens: Sequence[Sequence[int] | None],
+                config: SamplingConfig | None = None, seed: int | None = None) -> SampleOutput:
+    """Appends `new_tokens[b]` to row b's history and decodes; rows given None (or beyond the list) stay idle."""
+    cfg = config or self.config
+    if len(new_tokens) > state.batch:
+      raise ValueError(f"{len(new_tokens)} rows given but the decode state holds {state.batch}")
+    rows = [list(t) if t is not None else None for t in new_tokens] + [None] * (state.batch - len(new_tokens))
+    active = np.array([r is not None and len(state.history[b]) + len(r) > 0 for b, r in enumerate(rows)])
+    if not active.any():
+      raise ValueError("continue_() needs new tokens for at least one row")
+    cache_len = np.asarray(jax.device_get(state.cache.length))
+    feed = []
+    for b, r in enumerate(rows):
+      if r is None:
+        feed.append([])
+        continue
+      pending = state.history[b][int(cache_len[b]):]  # committed tokens not in the cache yet (the last sample)
+      state.history[b].extend(r)
+      feed.append(pending + r)
+    if any(active[b] and not feed[b] for b in range(state.batch)):
+      raise ValueError("a continued row needs at least one new token")
+    need = max(int(cache_len[b]) + len(feed[b]) for b in range(state.batch)) + cfg.max_new_tokens
+    cache = self._ensure_capacity(state.cache, need, cfg)
+    width = _bucket(max(len(f) for f in feed), cfg.length_buckets)
+    tokens = np.zeros((state.batch, width), np.int32)
+    for b, f in enumerate(feed):
+      tokens[b, :len(f)] = f
+    chunk_len = np.array([len(f) for f in feed], np.int32)
+    seed = cfg.seed if seed is None else seed
+    logits, cache = self._prefill(self.params, cache, jnp.asarray(tokens), jnp.asarray(chunk_len))
+    out_tok, out_logp, n_gen, done, cache = self._run_decode(cache, logits, ~active, seed, cfg)
+    return self._finish(state, cache, out_tok, out_logp, n_gen, done, rows, cfg)
+
+  def decode_text(self, tokens: Sequence[int]) -> str:
+    if self.tokenizer is None:
+      raise ValueError("this sampler has no tokenizer")
+    return self.tokenizer.decode(list(tokens), skip_special_tokens=False)
+
+  # -------------------------------------------------------------------------------------------- internals
+  def _new_cache(self, batch: int, max_len: int):
+    cache = self.model.init_cache(batch, max_len, self.cache_dtype)
+    if self.mesh is not None:
+      kv = named_sharding(self.mesh, ("layers", "batch", "seq", "kv_heads", "head_dim"), cache.k.shape)
+      cache = cache.replace(k=jax.device_put(cache.k, kv), v=jax.device_put(cache.v, kv))
+    return cache
+
+  def _ensure_capacity(self, cache, need: int, cfg: SamplingConfig):
+    if need <= cache.k.shape[2]:
+      return cache
+    new_len = _bucket(need, cfg.length_buckets)
+    pad = [(0, 0), (0, 0), (0, new_len - cache.k.shape[2]), (0, 0), (0, 0)]
+    return cache.replace(k=jnp.pad(cache.k, pad), v=jnp.pad(cache.v, pad))
+
+  def _prefill_impl(self, params, cache, tokens, chunk_len):
+    self.compilations += 1  # runs once per trace
+    model = nnx.merge(self.graphdef, params)
+    last = jnp.maximum(chunk_len - 1, 0)
+    if hasattr(model, "hidden"):
+      h, cache = model.hidden(tokens, cache, chunk_len)
+      h_last = jnp.take_along_axis(h, last[:, None, None], axis=1)
+      return model.logits(h_last)[:, 0], cache
+    logits, cache = model(tokens, cache, chunk_len)
+    return jnp.take_along_axis(logits, last[:, None, None], axis=1)[:, 0], cache
+
+  def _run_decode(self, cache, logits, idle: np.ndarray, seed: int, cfg: SamplingConfig):
+    B, N = idle.shape[0], cfg.max_new_tokens
+    carry = dict(step=jnp.int32(0), logits=logits, done=jnp.asarray(idle), n_gen=jnp.zeros((B,), jnp.int32),
+                 tokens=jnp.zeros((B, N), jnp.int32), logp=jnp.zeros((B, N), jnp.float32),
+                 key=jax.random.PRNGKey(seed))
+    interval = cfg.stop_check_interval if cfg.stop_strings else N
+    text_done = np.array(idle)
+    while True:
+      limit = jnp.int32(min(int(carry["step"]) + interval, N))
+      carry, cache = self._decode(self.params, cache, carry, limit, cfg=cfg)
+      step = int(carry["step"])
+      done = np.asarray(jax.device_get(carry["done"]))
+      if cfg.stop_strings and self.tokenizer is not None:
+        toks = np.asarray(jax.device_get(carry["tokens"]))
+        n_gen = np.asarray(jax.device_get(carry["n_gen"]))
+        for b in np.flatnonzero(~done & ~text_done):
+          text = self.tokenizer.decode(toks[b, :n_gen[b]].tolist(), skip_special_tokens=False)
+          if any(s in text for s in cfg.stop_strings):
+            text_done[b] = True
+        if text_done.any():
+          carry["done"] = jnp.asarray(done | text_done)
+          done = done | text_done
+      if done.all() or step >= N:
+        break
+    return carry["tokens"], carry["logp"], carry["n_gen"], carry["done"], cache
+
+  def _decode_impl(self, params, cache, carry, limit, *, cfg: SamplingConfig):
+    self.compilations += 1
+    model = nnx.merge(self.graphdef, params)
+    stop_ids = jnp.asarray(cfg.stop_token_ids or (-1,), jnp.int32)
+    rows = jnp.arange(carry["done"].shape[0])
+
+    def cond(c):
+      return (c["step"] < limit) & ~jnp.all(c["done"])
+
+    def body(c):
+      c, cache = c
+      key = jax.random.fold_in(c["key"], c["step"])
+      tok, logp = sample_token(c["logits"], key, cfg)
+      live = ~c["done"]
+      tokens = c["tokens"].at[rows, c["n_gen"]].set(jnp.where(live, tok, c["tokens"][rows, c["n_gen"]]),
+                                                    mode="drop")
+      logps = c["logp"].at[rows, c["n_gen"]].set(jnp.where(live, logp, 0.0), mode="drop")
+      n_gen = c["n_gen"] + live.astype(jnp.int32)
+      done = c["done"] | (live & jnp.isin(tok, stop_ids)) | (n_gen >= cfg.max_new_tokens)
+      feed = ~done
+
+      def forward(cache):
+        logits, cache = model(tok[:, None], cache, feed.astype(jnp.int32))
+        return logits[:, 0].astype(jnp.float32), cache
+
+      logits, cache = jax.lax.cond(jnp.any(feed), forward, lambda cache: (c["logits"], cache), cache)
+      new = dict(step=c["step"] + 1, logits=logits, done=done, n_gen=n_gen, tokens=tokens, logp=logps, key=c["key"])
+      return new, cache
+
+    def cond_fn(c):
+      return cond(c[0])
+
+    carry, cache = jax.lax.while_loop(cond_fn, lambda c: body(c), (carry, cache))
+    return carry, cache
+
+  def _finish(self, state, cache, out_tok, out_logp, n_gen, done, rows, cfg) -> SampleOutput:
+    toks, logps, n_gen = (np.asarray(x) for x in jax.device_get((out_tok, out_logp, n_gen)))
+    tokens, logprobs, reasons, texts = [], [], [], []
+    for b, r in enumerate(rows):
+      if r is None:
+        continue
+      seq = toks[b, :n_gen[b]].tolist()
+      reason = FINISH_LENGTH
+      if seq and seq[-1] in cfg.stop_token_ids:
+        reason = FINISH_STOP
+      if cfg.stop_strings and self.tokenizer is not None:
+        seq, cut = _truncate_at_stop_string(seq, cfg.stop_strings, self.tokenizer)
+        reason = FINISH_STOP_STRING if cut else reason
+      tokens.append(seq)
+      logprobs.append(logps[b, :len(seq)])
+      reasons.append(reason)
+      state.history[b].extend(seq)
+      if self.tokenizer is not None:
+        texts.append(self.tokenizer.decode(seq, skip_special_tokens=True))
+    # The cache holds every fed token; rows truncated at a stop string roll back to their kept history.
+    kept = jnp.asarray([len(h) for h in state.history], jnp.int32)
+    cache = cache.replace(length=jnp.minimum(cache.length, kept))
+    state.cache = cache
+    return SampleOutput(tokens, logprobs, reasons, state, texts if self.tokenizer is not None else None)
+
+
+def _truncate_at_stop_string(seq: list[int], stops: Sequence[str], tokenizer) -> tuple[list[int], bool]:
+  """Shortest prefix of `seq` whose text contains a stop string (the stop string is kept, as in vLLM's include)."""
+  text = tokenizer.decode(seq, skip_special_tokens=False)
+  if not any(s in text for s in stops):
+    return seq, False
+  lo, hi = 1, len(seq)
+  while lo < hi:  # binary search on the token prefix length
+    mid = (lo + hi) // 2
+    if any(s in tokenizer.decode(seq[:mid], skip_special_tokens=False) for s in stops):
+      hi = mid
+    else:
+      lo = mid + 1
+  return seq[:lo], True

