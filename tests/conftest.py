@@ -10,3 +10,45 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import jax  # noqa: E402
 
 jax.config.update("jax_default_matmul_precision", "highest")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+  """The shipped SmolLM2-135M-Instruct (float32) and its tokenizer, loaded once per test session."""
+  from m3jax.models.llm import load_llm
+
+  return load_llm()
+
+
+# Tiny random decoder configs of every supported family (shared by the decoder, sampler and RL tests).
+COMMON = dict(vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=256)
+CONFIGS = {
+    "llama3_rope": lambda: transformers.LlamaConfig(**COMMON, rope_parameters={
+        "rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 64}),
+    "llama_tied": lambda: transformers.LlamaConfig(**COMMON, tie_word_embeddings=True),
+    "qwen2": lambda: transformers.Qwen2Config(**COMMON),
+    "qwen3": lambda: transformers.Qwen3Config(**COMMON, head_dim=16),
+    "qwen3_yarn": lambda: transformers.Qwen3Config(**COMMON, head_dim=16, rope_parameters={
+        "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 64}),
+}
+
+
+@pytest.fixture(scope="session")
+def tiny_dirs(tmp_path_factory):
+  """Each tiny random HF model saved with save_pretrained, plus its torch module for reference outputs."""
+  out = {}
+  for name, make in CONFIGS.items():
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(make()).eval()
+    path = tmp_path_factory.mktemp(name)
+    model.save_pretrained(path)
+    out[name] = (path, model)
+  return out
+
+

@@ -174,7 +174,7 @@ class Decoder(nnx.Module):
     return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), jnp.zeros((batch,), jnp.int32))
 
   def lm_head_weight(self) -> Float[Array, "D V"]:
-    return self.embed.value.T if self.cfg.tie_embeddings else self.lm_head.value
+    return self.embed[...].T if self.cfg.tie_embeddings else self.lm_head[...]
 
   def __call__(self, tokens: Int[Array, "B T"], cache: KVCache | None = None, chunk_len: Int[Array, "B"] | None = None,
                positions: Array | None = None) -> tuple[Float[Array, "B T V"], KVCache | None]:
@@ -186,7 +186,7 @@ class Decoder(nnx.Module):
     return jnp.einsum("btd,dv->btv", h.astype(self.cfg.dtype), w, preferred_element_type=jnp.float32)
 
   def embed_tokens(self, tokens: Int[Array, "B T"]) -> Float[Array, "B T D"]:
-    return jnp.take(self.embed.value, tokens, axis=0).astype(self.cfg.dtype)
+    return jnp.take(self.embed[...], tokens, axis=0).astype(self.cfg.dtype)
 
   def hidden(self, tokens: Int[Array, "B T"] | None, cache: KVCache | None = None,
              chunk_len: Int[Array, "B"] | None = None, positions: Array | None = None, *,
@@ -203,7 +203,7 @@ class Decoder(nnx.Module):
     inv_freq, rope_scale = rope_lib.inv_frequencies(c.head_dim, c.rope_theta, c.rope_scaling, c.max_position_embeddings)
     cos, sin = rope_lib.cos_sin(positions, inv_freq, c.mrope_section, rope_scale)
     valid_len = start + chunk_len
-    layer_params = {k: getattr(self, k).value for k in self._layer_keys()}
+    layer_params = {k: getattr(self, k)[...] for k in self._layer_keys()}
 
     def body(carry, xs):
       x, ck, cv = carry
@@ -218,7 +218,7 @@ class Decoder(nnx.Module):
     else:
       (x, ck, cv), _ = jax.lax.scan(body, (x, cache.k, cache.v), (layer_params, jnp.arange(self.cfg.num_layers)))
       new_cache = KVCache(ck, cv, valid_len)
-    return rms_norm(x, self.final_norm.value, self.cfg.rms_norm_eps), new_cache
+    return rms_norm(x, self.final_norm[...], self.cfg.rms_norm_eps), new_cache
 
   # ---------------------------------------------------------------------------------------------- internals
   def _layer_keys(self) -> list[str]:

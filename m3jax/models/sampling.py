@@ -34,6 +34,7 @@ from jax.sharding import Mesh
 from m3jax.parallel import named_sharding
 
 FINISH_STOP, FINISH_LENGTH, FINISH_STOP_STRING = "stop", "length", "stop_string"
+_TRACES = [0]  # incremented whenever a sampler program is traced (compiled)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,9 +122,7 @@ class Sampler:
     self.graphdef, self.params = nnx.split(model)
     self.model, self.config, self.tokenizer, self.mesh = model, config, tokenizer, mesh
     self.cache_dtype = cache_dtype
-    self.compilations = 0
-    self._prefill = jax.jit(self._prefill_impl, donate_argnums=(1,))
-    self._decode = jax.jit(self._decode_impl, donate_argnums=(1,), static_argnames=("cfg",))
+    self.compilations = 0  # programs traced by this sampler's calls (samplers of one model share programs)
 
   # ------------------------------------------------------------------------------------------- public API
   def generate(self, prompts: Sequence[Sequence[int]], config: SamplingConfig | None = None, cache=None,
@@ -168,8 +167,10 @@ class Sampler:
       tokens[b, :len(f)] = f
     chunk_len = np.array([len(f) for f in feed], np.int32)
     seed = cfg.seed if seed is None else seed
-    logits, cache = self._prefill(self.params, cache, jnp.asarray(tokens), jnp.asarray(chunk_len))
+    traces = _TRACES[0]
+    logits, cache = _prefill(self.graphdef, self.params, cache, jnp.asarray(tokens), jnp.asarray(chunk_len))
     out_tok, out_logp, n_gen, done, cache = self._run_decode(cache, logits, ~active, seed, cfg)
+    self.compilations += _TRACES[0] - traces
     return self._finish(state, cache, out_tok, out_logp, n_gen, done, rows, cfg)
 
   def decode_text(self, tokens: Sequence[int]) -> str:
@@ -192,17 +193,6 @@ class Sampler:
     pad = [(0, 0), (0, 0), (0, new_len - cache.k.shape[2]), (0, 0), (0, 0)]
     return cache.replace(k=jnp.pad(cache.k, pad), v=jnp.pad(cache.v, pad))
 
-  def _prefill_impl(self, params, cache, tokens, chunk_len):
-    self.compilations += 1  # runs once per trace
-    model = nnx.merge(self.graphdef, params)
-    last = jnp.maximum(chunk_len - 1, 0)
-    if hasattr(model, "hidden"):
-      h, cache = model.hidden(tokens, cache, chunk_len)
-      h_last = jnp.take_along_axis(h, last[:, None, None], axis=1)
-      return model.logits(h_last)[:, 0], cache
-    logits, cache = model(tokens, cache, chunk_len)
-    return jnp.take_along_axis(logits, last[:, None, None], axis=1)[:, 0], cache
-
   def _run_decode(self, cache, logits, idle: np.ndarray, seed: int, cfg: SamplingConfig):
     B, N = idle.shape[0], cfg.max_new_tokens
     carry = dict(step=jnp.int32(0), logits=logits, done=jnp.asarray(idle), n_gen=jnp.zeros((B,), jnp.int32),
@@ -212,7 +202,7 @@ class Sampler:
     text_done = np.array(idle)
     while True:
       limit = jnp.int32(min(int(carry["step"]) + interval, N))
-      carry, cache = self._decode(self.params, cache, carry, limit, cfg=cfg)
+      carry, cache = _decode(self.graphdef, self.params, cache, carry, limit, _decode_options(cfg))
       step = int(carry["step"])
       done = np.asarray(jax.device_get(carry["done"]))
       if cfg.stop_strings and self.tokenizer is not None:
@@ -228,41 +218,6 @@ class Sampler:
       if done.all() or step >= N:
         break
     return carry["tokens"], carry["logp"], carry["n_gen"], carry["done"], cache
-
-  def _decode_impl(self, params, cache, carry, limit, *, cfg: SamplingConfig):
-    self.compilations += 1
-    model = nnx.merge(self.graphdef, params)
-    stop_ids = jnp.asarray(cfg.stop_token_ids or (-1,), jnp.int32)
-    rows = jnp.arange(carry["done"].shape[0])
-
-    def cond(c):
-      return (c["step"] < limit) & ~jnp.all(c["done"])
-
-    def body(c):
-      c, cache = c
-      key = jax.random.fold_in(c["key"], c["step"])
-      tok, logp = sample_token(c["logits"], key, cfg)
-      live = ~c["done"]
-      tokens = c["tokens"].at[rows, c["n_gen"]].set(jnp.where(live, tok, c["tokens"][rows, c["n_gen"]]),
-                                                    mode="drop")
-      logps = c["logp"].at[rows, c["n_gen"]].set(jnp.where(live, logp, 0.0), mode="drop")
-      n_gen = c["n_gen"] + live.astype(jnp.int32)
-      done = c["done"] | (live & jnp.isin(tok, stop_ids)) | (n_gen >= cfg.max_new_tokens)
-      feed = ~done
-
-      def forward(cache):
-        logits, cache = model(tok[:, None], cache, feed.astype(jnp.int32))
-        return logits[:, 0].astype(jnp.float32), cache
-
-      logits, cache = jax.lax.cond(jnp.any(feed), forward, lambda cache: (c["logits"], cache), cache)
-      new = dict(step=c["step"] + 1, logits=logits, done=done, n_gen=n_gen, tokens=tokens, logp=logps, key=c["key"])
-      return new, cache
-
-    def cond_fn(c):
-      return cond(c[0])
-
-    carry, cache = jax.lax.while_loop(cond_fn, lambda c: body(c), (carry, cache))
-    return carry, cache
 
   def _finish(self, state, cache, out_tok, out_logp, n_gen, done, rows, cfg) -> SampleOutput:
     toks, logps, n_gen = (np.asarray(x) for x in jax.device_get((out_tok, out_logp, n_gen)))
@@ -288,6 +243,60 @@ class Sampler:
     cache = cache.replace(length=jnp.minimum(cache.length, kept))
     state.cache = cache
     return SampleOutput(tokens, logprobs, reasons, state, texts if self.tokenizer is not None else None)
+
+
+@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(2,))
+def _prefill(graphdef, params, cache, tokens, chunk_len):
+  """Writes each row's chunk into the cache; returns the logits after each row's last real token."""
+  _TRACES[0] += 1
+  model = nnx.merge(graphdef, params)
+  last = jnp.maximum(chunk_len - 1, 0)
+  if hasattr(model, "hidden"):
+    h, cache = model.hidden(tokens, cache, chunk_len)
+    h_last = jnp.take_along_axis(h, last[:, None, None], axis=1)
+    return model.logits(h_last)[:, 0], cache
+  logits, cache = model(tokens, cache, chunk_len)
+  return jnp.take_along_axis(logits, last[:, None, None], axis=1)[:, 0], cache
+
+
+@functools.partial(jax.jit, static_argnums=(0, 5), donate_argnums=(2,))
+def _decode(graphdef, params, cache, carry, limit, cfg: SamplingConfig):
+  """Samples and feeds tokens until `limit` steps or every row is done (resumable: the carry holds all state)."""
+  _TRACES[0] += 1
+  model = nnx.merge(graphdef, params)
+  stop_ids = jnp.asarray(cfg.stop_token_ids or (-1,), jnp.int32)
+  rows = jnp.arange(carry["done"].shape[0])
+
+  def cond(state):
+    c, _ = state
+    return (c["step"] < limit) & ~jnp.all(c["done"])
+
+  def body(state):
+    c, cache = state
+    key = jax.random.fold_in(c["key"], c["step"])
+    tok, logp = sample_token(c["logits"], key, cfg)
+    live = ~c["done"]
+    tokens = c["tokens"].at[rows, c["n_gen"]].set(jnp.where(live, tok, c["tokens"][rows, c["n_gen"]]),
+                                                  mode="drop")
+    logps = c["logp"].at[rows, c["n_gen"]].set(jnp.where(live, logp, 0.0), mode="drop")
+    n_gen = c["n_gen"] + live.astype(jnp.int32)
+    done = c["done"] | (live & jnp.isin(tok, stop_ids)) | (n_gen >= cfg.max_new_tokens)
+    feed = ~done
+
+    def forward(cache):
+      logits, cache = model(tok[:, None], cache, feed.astype(jnp.int32))
+      return logits[:, 0].astype(jnp.float32), cache
+
+    logits, cache = jax.lax.cond(jnp.any(feed), forward, lambda cache: (c["logits"], cache), cache)
+    new = dict(step=c["step"] + 1, logits=logits, done=done, n_gen=n_gen, tokens=tokens, logp=logps, key=c["key"])
+    return new, cache
+
+  return jax.lax.while_loop(cond, body, (carry, cache))
+
+
+def _decode_options(cfg: SamplingConfig) -> SamplingConfig:
+  """The fields the decode program depends on (so stop strings or seeds never cause a recompile)."""
+  return dataclasses.replace(cfg, stop_strings=(), seed=0, stop_check_interval=1)
 
 
 def _truncate_at_stop_string(seq: list[int], stops: Sequence[str], tokenizer) -> tuple[list[int], bool]:

@@ -105,11 +105,15 @@ def load_params(abstract_model: Decoder, get_tensor: Callable[[str], np.ndarray]
 
     def read(i, tmpl=tmpl, to_m3=to_m3, target=target, stacked=stacked):
       key = tmpl.format(i=i)
-      w = np.asarray(to_m3(get_tensor(key)))
-      want = target.shape[1:] if stacked else target.shape
-      if w.shape != tuple(want):
-        raise WeightLoadError(f"tensor {key!r} has shape {get_tensor(key).shape}, which does not give the expected "
-                              f"{tuple(want)} for parameter {name!r}")
+      raw = get_tensor(key)
+      want = tuple(target.shape[1:] if stacked else target.shape)
+      try:
+        w = np.asarray(to_m3(raw))
+      except ValueError:
+        w = None
+      if w is None or w.shape != want:
+        raise WeightLoadError(f"tensor {key!r} has shape {tuple(raw.shape)}, which does not fit parameter {name!r} "
+                              f"of shape {want}")
       return w.astype(target.dtype)
 
     if stacked:
