@@ -243,8 +243,9 @@ class Decoder(nnx.Module):
     if use_cache:
       B, T = slots.shape
       rows = jnp.broadcast_to(jnp.arange(B)[:, None], (B, T))
-      ck = ck.at[layer, rows, slots].set(k.astype(ck.dtype), mode="drop")
-      cv = cv.at[layer, rows, slots].set(v.astype(cv.dtype), mode="drop")
+      write = jnp.where(slots < valid_len[:, None], slots, ck.shape[2])  # padding tokens write nothing
+      ck = ck.at[layer, rows, write].set(k.astype(ck.dtype), mode="drop")
+      cv = cv.at[layer, rows, write].set(v.astype(cv.dtype), mode="drop")
       keys, values = ck[layer].astype(dt), cv[layer].astype(dt)
     else:
       keys, values = k, v

@@ -281,13 +281,11 @@ def _decode(graphdef, params, cache, carry, limit, cfg: SamplingConfig):
     logps = c["logp"].at[rows, c["n_gen"]].set(jnp.where(live, logp, 0.0), mode="drop")
     n_gen = c["n_gen"] + live.astype(jnp.int32)
     done = c["done"] | (live & jnp.isin(tok, stop_ids)) | (n_gen >= cfg.max_new_tokens)
-    feed = ~done
-
-    def forward(cache):
-      logits, cache = model(tok[:, None], cache, feed.astype(jnp.int32))
-      return logits[:, 0].astype(jnp.float32), cache
-
-    logits, cache = jax.lax.cond(jnp.any(feed), forward, lambda cache: (c["logits"], cache), cache)
+    # Feed the new tokens (rows already done feed nothing). No lax.cond around this: a cond copies the carried
+    # cache every step; the loop condition already ends the loop once all rows are done, so at most the last
+    # step's forward is unused.
+    logits, cache = model(tok[:, None], cache, (~done).astype(jnp.int32))
+    logits = logits[:, 0].astype(jnp.float32)
     new = dict(step=c["step"] + 1, logits=logits, done=done, n_gen=n_gen, tokens=tokens, logp=logps, key=c["key"])
     return new, cache
 

