@@ -1,1 +1,16 @@
-"""m3jax.memory"""
+"""m3jax.memory: the entity-centric multimodal memory graph on device and the controller's search tools.
+
+Public seam:
+  MemoryGraph, GraphConfig            graph.py    insert faces/voices/clips, characters, views, save/load
+  SearchRequest, SearchResult,
+  SearchConfig, MemorySearcher        search.py   batched search_clip / search_node in one jitted call
+  ScannIndex, attach_scann            index.py    approximate retrieval backend for large graphs
+  MemoryConfig                        config.py   graph + search settings (configs/memory.py)
+"""
+
+from m3jax.memory.graph import GraphConfig, GraphError, MemoryGraph
+from m3jax.memory.search import MemorySearcher, SearchConfig, SearchError, SearchRequest, SearchResult
+from m3jax.memory.config import MemoryConfig
+
+__all__ = ["GraphConfig", "GraphError", "MemoryConfig", "MemoryGraph", "MemorySearcher", "SearchConfig",
+           "SearchError", "SearchRequest", "SearchResult"]
