@@ -62,6 +62,19 @@ def test_save_load_round_trip_is_exact_and_loads_in_transformers(tiny_dirs, tmp_
   assert np.abs(np.asarray(model(jnp.asarray(toks))[0]) - ref).max() <= 1e-4
 
 
+def test_bfloat16_checkpoint_and_remat(tiny_dirs, tmp_path):
+  path, ref = tiny_dirs["qwen3"]
+  copy.deepcopy(ref).to(torch.bfloat16).save_pretrained(tmp_path / "bf16")
+  model = load_hf(tmp_path / "bf16", remat=True)
+  want = ref.model.layers[1].mlp.up_proj.weight.detach().to(torch.bfloat16).float().numpy().T
+  np.testing.assert_array_equal(np.asarray(model.w_up[...][1]), want)
+  loss = lambda m: jnp.mean(m(jnp.asarray(_tokens()))[0] ** 2)
+  from flax import nnx
+  g_remat = nnx.grad(loss)(model)
+  g_plain = nnx.grad(loss)(load_hf(tmp_path / "bf16"))
+  np.testing.assert_allclose(np.asarray(g_remat.wq[...]), np.asarray(g_plain.wq[...]), atol=1e-6)
+
+
 def nnx_params(model):
   from flax import nnx
   return nnx.to_pure_dict(nnx.state(model, nnx.Param))

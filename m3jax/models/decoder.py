@@ -47,6 +47,7 @@ class DecoderConfig:
   max_position_embeddings: int = 8192
   param_dtype: str = "float32"
   compute_dtype: str = "float32"
+  remat: bool = False  # recompute each layer in the backward pass (training memory ~ one layer's activations)
   model_type: str = "llama"
 
   def __post_init__(self):
@@ -211,6 +212,8 @@ class Decoder(nnx.Module):
       x, ck, cv = self._layer(x, p, layer, ck, cv, slots, valid_len, cos, sin, cache is not None)
       return (x, ck, cv), None
 
+    if self.cfg.remat:
+      body = jax.checkpoint(body, prevent_cse=False)
     if cache is None:
       dummy = jnp.zeros((0,), x.dtype)
       (x, _, _), _ = jax.lax.scan(body, (x, dummy, dummy), (layer_params, jnp.arange(self.cfg.num_layers)))

@@ -16,10 +16,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
-from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from m3jax.models.decoder import Decoder, DecoderConfig, logical_axes
+from m3jax.models.weights.safetensors_dir import SafetensorsDir
 from m3jax.parallel import named_sharding
 
 
@@ -56,35 +56,6 @@ def _param_table(cfg: DecoderConfig) -> dict[str, tuple[str, Callable, Callable]
   if not cfg.tie_embeddings:
     t["lm_head"] = ("lm_head.weight", np.transpose, np.transpose)
   return t
-
-
-class TensorSource:
-  """Name -> numpy tensor over a set of safetensors files (lazy; one open handle per file)."""
-
-  def __init__(self, directory: pathlib.Path):
-    index = directory / "model.safetensors.index.json"
-    if index.exists():
-      weight_map = json.loads(index.read_text())["weight_map"]
-    else:
-      files = sorted(directory.glob("*.safetensors"))
-      if not files:
-        raise WeightLoadError(f"no *.safetensors files in {directory}")
-      weight_map = {}
-      for f in files:
-        with safe_open(f, framework="numpy") as h:
-          weight_map.update({k: f.name for k in h.keys()})
-    self.directory, self.weight_map, self._handles = directory, weight_map, {}
-
-  def __contains__(self, key: str) -> bool:
-    return key in self.weight_map
-
-  def get(self, key: str) -> np.ndarray:
-    if key not in self.weight_map:
-      raise WeightLoadError(f"tensor {key!r} is missing from {self.directory}")
-    fname = self.weight_map[key]
-    if fname not in self._handles:
-      self._handles[fname] = safe_open(self.directory / fname, framework="numpy")
-    return self._handles[fname].get_tensor(key)
 
 
 def load_params(abstract_model: Decoder, get_tensor: Callable[[str], np.ndarray],
@@ -150,9 +121,9 @@ def load_hf(directory: str | pathlib.Path, mesh: Mesh | None = None, **config_ov
   """Loads a Llama/Qwen2/Qwen3 Hugging Face directory into a Decoder (sharded over `mesh` if given)."""
   directory = pathlib.Path(directory)
   cfg = DecoderConfig.from_hf(read_config(directory), **config_overrides)
-  source = TensorSource(directory)
+  source = SafetensorsDir(directory, error=WeightLoadError)
   abstract = nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(0)))
-  return load_params(abstract, source.get, source.__contains__, mesh)
+  return load_params(abstract, source, source.__contains__, mesh)
 
 
 def hf_tensors(model: Decoder) -> Iterable[tuple[str, np.ndarray]]:

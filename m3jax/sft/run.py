@@ -1,0 +1,133 @@
+"""`train.py sft --config configs/<name>.py`: builds the model, the dataset and the trainer from an SFTConfig.
+
+The model is either a Hugging Face Qwen2.5-Omni / M3-Agent-Memorization directory (fine-tuned with its own
+tokenizer, loaded sharded over `mesh`) or a tiny from-scratch thinker over bytes (`TinyThinker`) for tests and
+benchmarks on CPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+
+from m3jax.data.episodes import EpisodeConfig
+from m3jax.models.decoder import DecoderConfig
+from m3jax.models.omni.audio import AudioConfig
+from m3jax.models.omni.placeholders import SpecialTokens
+from m3jax.models.omni.processor import ProcessorConfig
+from m3jax.models.omni.rope import RopeIndexConfig
+from m3jax.models.omni.thinker import Thinker, ThinkerConfig
+from m3jax.models.omni.vision import VisionConfig
+from m3jax.sft import data as sft_data
+from m3jax.sft.example import ByteTokenizer, ChatTokens
+from m3jax.sft.trainer import TrainConfig, Trainer
+
+
+@dataclasses.dataclass(frozen=True)
+class TinyThinker:
+  """Dimensions of a from-scratch thinker over ByteTokenizer ids (0..255) + 9 chat/media ids."""
+  hidden: int = 64
+  layers: int = 2
+  heads: int = 4
+  kv_heads: int = 2
+  vision_hidden: int = 32
+  vision_depth: int = 2
+  audio_hidden: int = 32
+  audio_layers: int = 2
+  mel_bins: int = 128
+  patch_size: int = 14
+
+  def chat_tokens(self) -> ChatTokens:
+    return ChatTokens(256, 257, SpecialTokens(image=258, video=259, audio=260, vision_bos=261, vision_eos=262,
+                                              audio_bos=263, audio_eos=264))
+
+  def thinker_config(self) -> ThinkerConfig:
+    head_dim = self.hidden // self.heads
+    q = head_dim // 2
+    section = (q - 2 * (q // 3), q // 3, q // 3)  # t, h, w (sums to head_dim / 2)
+    text = DecoderConfig(vocab_size=272, hidden_size=self.hidden, intermediate_size=2 * self.hidden,
+                         num_layers=self.layers, num_heads=self.heads, num_kv_heads=self.kv_heads, head_dim=head_dim,
+                         qkv_bias=True, mrope_section=section, model_type="qwen2_5_omni_text")
+    vision = VisionConfig(depth=self.vision_depth, hidden_size=self.vision_hidden,
+                          intermediate_size=2 * self.vision_hidden, num_heads=2, patch_size=self.patch_size,
+                          out_hidden_size=self.hidden, fullatt_block_indexes=(self.vision_depth - 1,),
+                          window_size=self.patch_size * 4)
+    audio = AudioConfig(num_mel_bins=self.mel_bins, encoder_layers=self.audio_layers, encoder_attention_heads=2,
+                        encoder_ffn_dim=2 * self.audio_hidden, d_model=self.audio_hidden, output_dim=self.hidden)
+    tok = self.chat_tokens().media
+    rope = RopeIndexConfig(image_token_id=tok.image, video_token_id=tok.video, audio_token_id=tok.audio,
+                           vision_start_token_id=tok.vision_bos, audio_start_token_id=tok.audio_bos)
+    return ThinkerConfig(text, vision, audio, rope, tok)
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTConfig:
+  out_dir: str = "runs/sft_tiny"
+  data_dir: str = "runs/sft_data"
+  model_dir: str | None = None  # HF Omni directory; None = a TinyThinker from scratch
+  tiny: TinyThinker = TinyThinker()
+  prompt: str = "reference"  # "reference" = the released model's memorization prompt, else the literal prompt
+  episode: EpisodeConfig = EpisodeConfig(num_clips=2, num_characters=2)
+  train_seeds: tuple[int, ...] = (1, 2, 3, 4)
+  eval_seeds: tuple[int, ...] = (100,)
+  processor: ProcessorConfig = ProcessorConfig()
+  batch: int = 2
+  length_buckets: tuple[int, ...] = (1024, 2048, 4096, 8192, 16384, 32768)
+  data_seed: int = 0
+  init_seed: int = 0
+  train: TrainConfig = TrainConfig()
+  progress: bool = True
+
+
+def _prompt(cfg: SFTConfig) -> str:
+  if cfg.prompt != "reference":
+    return cfg.prompt
+  from m3jax.agent.writers import MEMORY_PROMPT
+  return MEMORY_PROMPT
+
+
+def build(cfg: SFTConfig) -> Trainer:
+  from flax import nnx
+  if cfg.model_dir is None:
+    tcfg = cfg.tiny.thinker_config()
+    model = Thinker(tcfg, rngs=nnx.Rngs(cfg.init_seed))
+    tok, chat = ByteTokenizer(), cfg.tiny.chat_tokens()
+  else:
+    from m3jax.models.omni.weights import load_thinker
+    from m3jax.models.tokenizer import load_tokenizer
+    model = load_thinker(cfg.model_dir, param_dtype="float32", compute_dtype="bfloat16")
+    tcfg = model.cfg
+    hf_tok = load_tokenizer(cfg.model_dir)
+    tok = _PlainEncoder(hf_tok)
+    chat = ChatTokens(hf_tok.convert_tokens_to_ids("<|im_start|>"), hf_tok.convert_tokens_to_ids("<|im_end|>"),
+                      tcfg.tokens)
+  work = pathlib.Path(cfg.data_dir)
+  sources = {"train": sft_data.episode_source(cfg.train_seeds, work / "episodes", cfg.episode),
+             "eval": sft_data.episode_source(cfg.eval_seeds, work / "episodes", cfg.episode)}
+  splits = sft_data.prepare(work / "tfds", sources)
+  spec = sft_data.BatchSpec(cfg.batch, cfg.length_buckets)
+  prompt = _prompt(cfg)
+  train = sft_data.batches(splits["train"], tcfg, prompt, tok, chat, cfg.processor, spec, seed=cfg.data_seed)
+  evals = sft_data.batches(splits["eval"], tcfg, prompt, tok, chat, cfg.processor, spec, seed=None)
+  eval_cache: list = []
+
+  def eval_batches():
+    if not eval_cache:
+      eval_cache.extend(evals[i] for i in range(len(evals)))
+    return eval_cache
+
+  return Trainer(model, cfg.train, cfg.out_dir, lambda k: train[k], eval_batches, progress=cfg.progress)
+
+
+class _PlainEncoder:
+  """HF tokenizer -> plain-text ids (special tokens are inserted by id, never parsed from text)."""
+
+  def __init__(self, tok):
+    self.tok = tok
+
+  def encode(self, text: str) -> list[int]:
+    return self.tok.encode(text, add_special_tokens=False)
+
+
+def main(cfg: SFTConfig) -> list[dict]:
+  return build(cfg).run()
