@@ -1,0 +1,209 @@
+"""Answer judges behind one batched interface: a local LLM, an OpenAI-compatible server, and rules.
+
+The LLM judges ask the reference question (§4.6): can the ground truth be logically inferred from the agent's
+answer? Unlike the reference's `"yes" in reply.lower()` (which counts "not yes", "eyes" or "No, yes-men..." as
+correct), the reply must start with the word Yes or No; anything else is an invalid verdict, scored incorrect
+and counted separately so a weak judge model shows up in the summary. An empty answer is incorrect without a
+call, as in the reference.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import json
+import os
+import re
+import string
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from typing import Callable, Literal, Protocol, Sequence
+
+from m3jax.agent.parsing import choice_letter
+from m3jax.agent.prompts import Message, judge_messages
+
+
+@dataclasses.dataclass(frozen=True)
+class JudgeItem:
+  question: str
+  ground_truth: str
+  answer: str | None  # None / "" = the agent never answered
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+  correct: bool
+  valid: bool = True  # False when an LLM judge's reply was neither Yes nor No (scored incorrect)
+  raw: str = ""
+
+
+class Judge(Protocol):
+  def judge(self, items: Sequence[JudgeItem]) -> list[Verdict]:
+    ...
+
+
+class JudgeError(ValueError):
+  """A judge could not produce verdicts (bad configuration, server unreachable after all retries)."""
+
+
+_YES_NO_RE = re.compile(r"^[\s\"'*`(\[]*(yes|no)(?![a-z])", re.IGNORECASE)
+
+
+def parse_yes_no(reply: str) -> bool | None:
+  """True for a reply starting with the word "Yes", False for "No", None otherwise (strict, not a substring)."""
+  match = _YES_NO_RE.match(reply)
+  if match is None:
+    return None
+  return match.group(1).lower() == "yes"
+
+
+def _llm_verdicts(items: Sequence[JudgeItem], complete: Callable[[list[list[Message]]], list[str]]) -> list[Verdict]:
+  """Shared by the LLM judges: skip empty answers, ask the rest in one batch, parse strictly."""
+  asked = [i for i, item in enumerate(items) if item.answer and item.answer.strip()]
+  replies = complete([judge_messages(items[i].question, items[i].ground_truth, items[i].answer) for i in asked])
+  if len(replies) != len(asked):
+    raise JudgeError(f"judge backend returned {len(replies)} replies for {len(asked)} prompts")
+  verdicts = [Verdict(correct=False, valid=True, raw="") for _ in items]
+  for i, reply in zip(asked, replies):
+    decision = parse_yes_no(reply)
+    verdicts[i] = Verdict(correct=bool(decision), valid=decision is not None, raw=reply)
+  return verdicts
+
+
+class LocalLLMJudge:
+  """The entailment judge on a local chat model. `complete` maps a batch of conversations to reply texts (for
+  example `m3jax.agent.llm.ChatCompleter` over the m3jax Sampler, greedy with a few new tokens)."""
+
+  def __init__(self, complete: Callable[[list[list[Message]]], list[str]]):
+    self.complete = complete
+
+  def judge(self, items: Sequence[JudgeItem]) -> list[Verdict]:
+    return _llm_verdicts(items, self.complete)
+
+
+@dataclasses.dataclass(frozen=True)
+class HTTPJudgeConfig:
+  """An OpenAI-compatible `/chat/completions` endpoint. Empty fields fall back to the environment:
+  M3JAX_JUDGE_BASE_URL / OPENAI_BASE_URL, M3JAX_JUDGE_API_KEY / OPENAI_API_KEY, M3JAX_JUDGE_MODEL."""
+  base_url: str = ""
+  api_key: str = ""
+  model: str = ""
+  max_tokens: int = 16
+  timeout_s: float = 60.0
+  max_retries: int = 5
+  backoff_s: float = 1.0
+  max_backoff_s: float = 30.0
+  concurrency: int = 8
+
+  def resolved(self) -> "HTTPJudgeConfig":
+    env = os.environ
+    cfg = dataclasses.replace(
+      self,
+      base_url=self.base_url or env.get("M3JAX_JUDGE_BASE_URL") or env.get("OPENAI_BASE_URL", ""),
+      api_key=self.api_key or env.get("M3JAX_JUDGE_API_KEY") or env.get("OPENAI_API_KEY", ""),
+      model=self.model or env.get("M3JAX_JUDGE_MODEL", ""))
+    if not cfg.base_url:
+      raise JudgeError("HTTP judge needs a base URL (config base_url or M3JAX_JUDGE_BASE_URL)")
+    if not cfg.model:
+      raise JudgeError("HTTP judge needs a model name (config model or M3JAX_JUDGE_MODEL)")
+    if cfg.concurrency < 1 or cfg.max_retries < 0:
+      raise JudgeError(f"HTTP judge: concurrency must be >= 1 and max_retries >= 0, got {cfg.concurrency}, "
+                       f"{cfg.max_retries}")
+    return cfg
+
+
+class HTTPJudge:
+  """Calls a judge server with bounded concurrency; retries transport errors, 429 and 5xx with exponential
+  backoff (other 4xx are configuration errors and fail at once)."""
+
+  def __init__(self, config: HTTPJudgeConfig = HTTPJudgeConfig(), sleep: Callable[[float], None] = time.sleep):
+    self.config = config.resolved()
+    self._sleep = sleep
+
+  def judge(self, items: Sequence[JudgeItem]) -> list[Verdict]:
+    return _llm_verdicts(items, self._complete_all)
+
+  def _complete_all(self, conversations: list[list[Message]]) -> list[str]:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=self.config.concurrency) as pool:
+      return list(pool.map(self._complete_one, conversations))
+
+  def _complete_one(self, messages: list[Message]) -> str:
+    cfg = self.config
+    body = json.dumps({"model": cfg.model, "messages": messages, "temperature": 0,
+                       "max_tokens": cfg.max_tokens}).encode("utf-8")
+    headers = {"Content-Type": "application/json"}
+    if cfg.api_key:
+      headers["Authorization"] = f"Bearer {cfg.api_key}"
+    url = cfg.base_url.rstrip("/") + "/chat/completions"
+    last_error = ""
+    for attempt in range(cfg.max_retries + 1):
+      if attempt:
+        self._sleep(min(cfg.max_backoff_s, cfg.backoff_s * 2 ** (attempt - 1)))
+      try:
+        request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+        with urllib.request.urlopen(request, timeout=cfg.timeout_s) as response:
+          payload = json.loads(response.read().decode("utf-8"))
+        return payload["choices"][0]["message"]["content"] or ""
+      except urllib.error.HTTPError as err:
+        last_error = f"HTTP {err.code}"
+        if err.code != 429 and err.code < 500:
+          raise JudgeError(f"judge server {url} rejected the request: HTTP {err.code}") from err
+      except (urllib.error.URLError, TimeoutError, ConnectionError) as err:
+        last_error = f"{type(err).__name__}: {err}"
+      except (KeyError, IndexError, json.JSONDecodeError) as err:
+        last_error = f"malformed reply: {err!r}"
+    raise JudgeError(f"judge server {url} failed after {cfg.max_retries + 1} attempts ({last_error})")
+
+
+# ---------------------------------------------------------------------------------------------- rule judges
+
+_ARTICLES_RE = re.compile(r"\b(a|an|the)\b")
+_PUNCT = str.maketrans({c: " " for c in string.punctuation})
+
+
+def normalize_answer(text: str) -> str:
+  """Lower-case, punctuation and English articles removed, whitespace collapsed (SQuAD-style)."""
+  return " ".join(_ARTICLES_RE.sub(" ", text.lower().translate(_PUNCT)).split())
+
+
+def token_f1(prediction: str, ground_truth: str) -> float:
+  pred, gold = normalize_answer(prediction).split(), normalize_answer(ground_truth).split()
+  common = sum((Counter(pred) & Counter(gold)).values())
+  if not pred or not gold or common == 0:
+    return float(pred == gold)
+  precision, recall = common / len(pred), common / len(gold)
+  return 2 * precision * recall / (precision + recall)
+
+
+RuleKind = Literal["exact", "contains", "f1", "choice"]
+
+
+class RuleJudge:
+  """Deterministic judges: normalised exact match, containment of the ground truth in the answer, token F1 at or
+  above a threshold, or the multiple-choice letter."""
+
+  def __init__(self, kind: RuleKind = "exact", f1_threshold: float = 0.5):
+    if kind not in ("exact", "contains", "f1", "choice"):
+      raise ValueError(f"unknown rule judge {kind!r} (exact, contains, f1, choice)")
+    if not 0.0 <= f1_threshold <= 1.0:
+      raise ValueError(f"f1_threshold must be in [0, 1], got {f1_threshold}")
+    self.kind = kind
+    self.f1_threshold = f1_threshold
+
+  def judge(self, items: Sequence[JudgeItem]) -> list[Verdict]:
+    return [Verdict(correct=self._one(item.answer or "", item.ground_truth)) for item in items]
+
+  def _one(self, answer: str, truth: str) -> bool:
+    if not answer.strip():
+      return False
+    if self.kind == "exact":
+      return normalize_answer(answer) == normalize_answer(truth)
+    if self.kind == "contains":
+      gold = normalize_answer(truth)
+      return bool(gold) and f" {gold} " in f" {normalize_answer(answer)} "
+    if self.kind == "f1":
+      return token_f1(answer, truth) >= self.f1_threshold
+    letter, gold_letter = choice_letter(answer), choice_letter(truth)
+    return letter is not None and letter == gold_letter

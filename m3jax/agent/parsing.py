@@ -1,0 +1,96 @@
+"""Turning one generated turn into an action, and a search query into a route.
+
+The reference (§4.4) applies `Action: \\[(.*)\\].*Content: (.*)` (greedy, DOTALL) to the text after the last
+`</think>` and compares the action with "Answer" case-sensitively, so `action: [answer]`, a trailing
+`<|im_end|>` or extra lines after a query all change the outcome. Here the action is read case-insensitively,
+the content is stripped (a search query keeps only its first line: the protocol asks for "a single search
+query", and trailing chatter would only dilute its embedding), and a turn whose thinking
+never closed (the token cap hit inside `<think>`) is a format error rather than an action parsed out of the
+model's scratch text. A format error is then treated exactly like the reference's failed match: an empty search.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Literal
+
+Action = Literal["answer", "search", "format_error"]
+
+_THINK_OPEN = "<think>"
+_THINK_CLOSE = "</think>"
+# `Action:` then a bracketed word; `Content:` then everything up to the end (trimmed below). Tolerates `**Action**:`
+# style emphasis and whitespace variations, not a different order.
+_ACTION_RE = re.compile(r"action\W{0,4}:[\s*_]*\[\s*(answer|search)\s*\]", re.IGNORECASE)
+_CONTENT_RE = re.compile(r"content\W{0,4}:[ \t*_]*", re.IGNORECASE)
+_SPECIAL_TAIL_RE = re.compile(r"(<\|im_end\|>|<\|endoftext\|>|</s>)\s*$")
+
+
+@dataclasses.dataclass(frozen=True)
+class ParsedTurn:
+  """One turn's decision. `content` is the answer or the query (None for a format error)."""
+  action: Action
+  content: str | None
+
+
+def visible_text(turn_text: str) -> str | None:
+  """The text after the last `</think>`; None when a `<think>` block was opened and never closed."""
+  if _THINK_CLOSE in turn_text:
+    return turn_text.rsplit(_THINK_CLOSE, 1)[1]
+  if _THINK_OPEN in turn_text:
+    return None
+  return turn_text
+
+
+def parse_turn(turn_text: str) -> ParsedTurn:
+  """Parses `Action: [Answer|Search]` / `Content: ...`; anything unusable is a format error.
+
+  The last `Action:` line wins (models sometimes restate the format before acting); the content is the text
+  after the first `Content:` that follows it, stripped, with a trailing end-of-turn token removed (first line only
+  for a search). An empty
+  content is a format error for both actions: the reference would search for nothing / answer nothing.
+  """
+  text = visible_text(turn_text)
+  if text is None:
+    return ParsedTurn("format_error", None)
+  actions = list(_ACTION_RE.finditer(text))
+  if not actions:
+    return ParsedTurn("format_error", None)
+  last = actions[-1]
+  content_match = _CONTENT_RE.search(text, last.end())
+  if content_match is None:
+    return ParsedTurn("format_error", None)
+  content = _SPECIAL_TAIL_RE.sub("", text[content_match.end():]).strip()
+  action: Action = "answer" if last.group(1).lower() == "answer" else "search"
+  if action == "search":
+    content = content.split("\n", 1)[0].strip()
+  if not content:
+    return ParsedTurn("format_error", None)
+  return ParsedTurn(action, content)
+
+
+def parse_turn_reference(turn_text: str) -> ParsedTurn:
+  """The reference's exact parse (§4.4), kept to measure how often the robust parse disagrees with it."""
+  match = re.search(r"Action: \[(.*)\].*Content: (.*)", turn_text.split(_THINK_CLOSE)[-1], re.DOTALL)
+  if match is None:
+    return ParsedTurn("format_error", None)
+  if match.group(1) == "Answer":
+    return ParsedTurn("answer", match.group(2))
+  return ParsedTurn("search", match.group(2))
+
+
+Route = Literal["clip", "node"]
+
+
+def route_for(query: str) -> Route:
+  """`search_node` when the query contains the substring "character id" (case-sensitive, as trained), else clip."""
+  return "node" if "character id" in query else "clip"
+
+
+_LETTER_RE = re.compile(r"^\W*\(?([A-Za-z])\)?(?:[\s.:,)\]]|$)")
+
+
+def choice_letter(answer: str) -> str | None:
+  """The option letter of a multiple-choice answer: "B", "(b)", "B. the red one" -> "B"; None if no letter leads."""
+  match = _LETTER_RE.match(answer.strip())
+  return match.group(1).upper() if match else None

@@ -1,0 +1,137 @@
+"""The policy interface the controller drives: start a batch of conversations, then extend chosen ones.
+
+WHY two calls instead of "generate from this conversation": the controller never re-sends history. `begin`
+opens one episode per row; `step` appends a user message to the listed rows and generates their next turn. An
+LLM policy can therefore keep each row's KV cache and append only the new tokens (`Sampler.continue_`), while a
+rule-based test double just reads the messages. Each returned `Turn` says which tokens were fed to the model
+(`context_ids`) and which it sampled (`gen_ids`, `logprobs`), so trajectories are assembled without re-tokenising.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Protocol, Sequence
+
+import numpy as np
+from jaxtyping import Float
+
+from m3jax.agent.prompts import ASSISTANT_PREFIX, END_OF_TURN, Message, render_chatml, render_chatml_message
+from m3jax.models.sampling import SampleOutput, Sampler, SamplingConfig
+
+
+@dataclasses.dataclass
+class Turn:
+  """One generated turn. `context_ids` are the tokens appended to the row before sampling (the whole rendered
+  prompt for the first turn; the previous turn's end, the user message and the assistant header afterwards)."""
+  text: str
+  context_ids: list[int] = dataclasses.field(default_factory=list)
+  gen_ids: list[int] = dataclasses.field(default_factory=list)
+  logprobs: Float[np.ndarray, "G"] = dataclasses.field(default_factory=lambda: np.zeros((0,), np.float32))
+  finish_reason: str = "stop"
+
+
+class Policy(Protocol):
+  """What the controller needs from a policy. Rows are indices into the `begin` batch."""
+
+  def begin(self, conversations: Sequence[Sequence[Message]]) -> list[Turn]:
+    """Starts one episode per conversation (each ends with a user message) and generates its first turn."""
+    ...
+
+  def step(self, rows: Sequence[int], user_messages: Sequence[str]) -> list[Turn]:
+    """Appends `user_messages[i]` as a user turn to episode `rows[i]` and generates that episode's next turn."""
+    ...
+
+
+class ChatTokenizer(Protocol):
+  """What the LLM policy needs from a tokenizer: ChatML special tokens are parsed, none are added."""
+
+  def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+    ...
+
+  def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+    ...
+
+
+def continuation_text(previous_finish_reason: str, user_message: str) -> str:
+  """The ChatML text appended to a row after its last turn: close that turn (unless its sampled stop token already
+  did), the user message, and the next assistant header. Every piece starts after a special token, so encoding
+  it separately gives the same ids as encoding the re-rendered conversation."""
+  close = "" if previous_finish_reason == "stop" else END_OF_TURN
+  return close + "\n" + render_chatml_message("user", user_message) + ASSISTANT_PREFIX
+
+
+def _require_chatml(tokenizer: ChatTokenizer) -> None:
+  """The protocol is rendered as ChatML; a tokenizer without its special tokens would silently split them."""
+  for token in ("<|im_start|>", END_OF_TURN):
+    if len(tokenizer.encode(token, add_special_tokens=False)) != 1:
+      raise ValueError(f"the LLM policy renders ChatML, but this tokenizer has no single {token} token "
+                       "(use a ChatML model: SmolLM2, Qwen2/2.5/3)")
+
+
+class LLMPolicy:
+  """A policy over the m3jax `Sampler`. With `reuse_kv` each round appends only the new tokens to every row's KV
+  cache (`Sampler.continue_`); without it every round re-prefills each active conversation from scratch (the
+  reference's behaviour, kept as the baseline the benchmark compares against). Each round uses its own seed, so
+  rounds do not replay the same random stream."""
+
+  def __init__(self, sampler: Sampler, tokenizer: ChatTokenizer, config: SamplingConfig, reuse_kv: bool = True):
+    _require_chatml(tokenizer)
+    self.sampler, self.tokenizer, self.config, self.reuse_kv = sampler, tokenizer, config, reuse_kv
+    self._state = None
+    self._history: list[list[int]] = []
+    self._finish: list[str] = []
+    self._round = 0
+
+  def begin(self, conversations: Sequence[Sequence[Message]]) -> list[Turn]:
+    prompts = [self.tokenizer.encode(render_chatml(c), add_special_tokens=False) for c in conversations]
+    self._round = 0
+    self._history = [list(p) for p in prompts]
+    self._finish = ["" for _ in prompts]
+    out = self.sampler.generate(prompts, self.config, seed=self.config.seed)
+    self._state = out.state
+    return self._turns(range(len(prompts)), prompts, out)
+
+  def step(self, rows: Sequence[int], user_messages: Sequence[str]) -> list[Turn]:
+    if self._state is None:
+      raise ValueError("LLMPolicy.step() called before begin()")
+    if len(rows) != len(user_messages):
+      raise ValueError(f"{len(rows)} rows but {len(user_messages)} user messages")
+    self._round += 1
+    seed = self.config.seed + 7919 * self._round
+    chunks = [self.tokenizer.encode(continuation_text(self._finish[r], m), add_special_tokens=False)
+              for r, m in zip(rows, user_messages)]
+    for r, chunk in zip(rows, chunks):
+      self._history[r].extend(chunk)
+    if self.reuse_kv:
+      feed: list[list[int] | None] = [None] * len(self._history)
+      for r, chunk in zip(rows, chunks):
+        feed[r] = chunk
+      out = self.sampler.continue_(self._state, feed, self.config, seed=seed)
+      self._state = out.state
+    else:
+      out = self.sampler.generate([self._history[r] for r in rows], self.config, seed=seed)
+    return self._turns(rows, chunks, out)
+
+  def _turns(self, rows: Sequence[int], contexts: Sequence[list[int]], out: SampleOutput) -> list[Turn]:
+    turns = []
+    for r, context, ids, logprobs, reason in zip(rows, contexts, out.tokens, out.logprobs, out.finish_reason):
+      self._history[r].extend(ids)
+      self._finish[r] = reason
+      turns.append(Turn(text=self.tokenizer.decode(ids, skip_special_tokens=False), context_ids=list(context),
+                        gen_ids=list(ids), logprobs=np.asarray(logprobs, np.float32), finish_reason=reason))
+    return turns
+
+
+class ChatCompleter:
+  """Batch chat completion on the sampler (the local LLM judge's backend): ChatML prompt in, reply text out."""
+
+  def __init__(self, sampler: Sampler, tokenizer: ChatTokenizer, config: SamplingConfig):
+    _require_chatml(tokenizer)
+    self.sampler, self.tokenizer, self.config = sampler, tokenizer, config
+
+  def __call__(self, conversations: list[list[Message]]) -> list[str]:
+    if not conversations:
+      return []
+    prompts = [self.tokenizer.encode(render_chatml(c), add_special_tokens=False) for c in conversations]
+    out = self.sampler.generate(prompts, self.config)
+    return [self.tokenizer.decode(ids, skip_special_tokens=True) for ids in out.tokens]

@@ -1,0 +1,206 @@
+"""M3-Bench evaluation: annotations + memory graphs -> judged trajectories (JSONL) + summary + plot.
+
+  python -m m3jax.eval --config configs/eval.py --set annotations=../shared/data/m3bench/robot.json \\
+      --set graphs_dir=/path/to/memory_graphs/robot --set output=results/robot.jsonl
+
+Resumable: question ids already in the output file are skipped, new lines are appended batch by batch (flushed),
+so a killed run loses at most one batch. Questions are grouped by graph before batching so a batch touches few
+graphs; every graph is loaded once per run (the reference unpickles it per search).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import pathlib
+import sys
+from typing import Any, Callable, Sequence
+
+import tqdm
+
+from m3jax.agent.control import Controller, ControlConfig, Question
+from m3jax.agent.judges import HTTPJudge, HTTPJudgeConfig, Judge, JudgeItem, LocalLLMJudge, RuleJudge
+from m3jax.agent.trajectory import Trajectory
+from m3jax.config import add_config_args, apply_overrides, load_config
+from m3jax.data.m3bench import BenchQuestion, load_annotations
+from m3jax.eval_report import format_summary, plot_summary, read_jsonl, summarize
+
+JUDGES = ("llm", "http", "exact", "contains", "f1", "choice")
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+  annotations: str = ""
+  graphs_dir: str = ""          # graph of a question = graphs_dir / basename(mem_path) (.pkl reference or m3jax)
+  output: str = "results/eval.jsonl"
+  model: str = "smollm2-135m-instruct"   # the control policy: the shipped default, a .gguf or an HF directory
+  embedder: str = "minilm"      # "minilm" (m3jax graphs) or a fixture embedder JSON (the official-format fixtures)
+  judge: str = "llm"            # llm | http | exact | contains | f1 | choice
+  judge_model: str = "smollm2-135m-instruct"
+  judge_max_new_tokens: int = 8
+  http_judge: HTTPJudgeConfig = HTTPJudgeConfig()
+  batch_size: int = 64
+  max_rounds: int = 5
+  max_new_tokens: int = 1024
+  temperature: float = 0.6
+  top_p: float = 0.95
+  top_k: int = 20
+  greedy: bool = False
+  seed: int = 0
+  reuse_kv: bool = True
+  multiple_choice: bool = False  # letter-only instruction for all (VideoMME-style); automatic for items with options
+  limit: int = 0                 # evaluate only the first N questions (0 = all)
+  videos: tuple[str, ...] = ()   # restrict to these video ids
+  plot: bool = True
+
+  def __post_init__(self):
+    if self.judge not in JUDGES:
+      raise ValueError(f"EvalConfig.judge must be one of {JUDGES}, got {self.judge!r}")
+    for name in ("batch_size", "max_rounds", "max_new_tokens", "judge_max_new_tokens"):
+      if getattr(self, name) < 1:
+        raise ValueError(f"EvalConfig.{name} must be >= 1, got {getattr(self, name)}")
+    if self.limit < 0:
+      raise ValueError(f"EvalConfig.limit must be >= 0, got {self.limit}")
+
+
+def select_questions(questions: Sequence[BenchQuestion], cfg: EvalConfig, done: set[str]) -> list[BenchQuestion]:
+  """Filters by video and limit, drops answered ids, and orders by graph so batches share graphs."""
+  chosen = [q for q in questions if not cfg.videos or q.video_id in cfg.videos]
+  if cfg.limit:
+    chosen = chosen[:cfg.limit]
+  todo = [q for q in chosen if q.question_id not in done]
+  order = {m: i for i, m in enumerate(dict.fromkeys(q.mem_path for q in todo))}
+  return sorted(todo, key=lambda q: order[q.mem_path])
+
+
+def graph_path(graphs_dir: str | pathlib.Path, mem_path: str) -> pathlib.Path:
+  path = pathlib.Path(graphs_dir) / pathlib.PurePosixPath(mem_path).name
+  if not path.exists():
+    raise FileNotFoundError(f"memory graph {path} (from mem_path {mem_path!r}) not found")
+  return path
+
+
+def drop_torn_tail(path: pathlib.Path) -> None:
+  """Cuts a partial last line (a run killed mid-write) so appended lines start on a fresh line."""
+  if not path.exists() or path.stat().st_size == 0:
+    return
+  data = path.read_bytes()
+  if not data.endswith(b"\n"):
+    path.write_bytes(data[:data.rfind(b"\n") + 1])
+
+
+def judged_record(traj: Trajectory, bench: BenchQuestion, verdict) -> dict[str, Any]:
+  record = traj.to_json()
+  record.update(video_id=bench.video_id, mem_path=bench.mem_path, evidence_clips=list(bench.evidence_clips),
+                evidence_distance=bench.evidence_distance, correct=verdict.correct, judge_valid=verdict.valid,
+                judge_raw=verdict.raw)
+  return record
+
+
+def run_eval(cfg: EvalConfig, questions: Sequence[BenchQuestion], controller_for: Callable[[list[str]], tuple],
+             judge: Judge, log=print, progress: bool = True) -> dict[str, Any]:
+  """Runs the un-answered questions and appends judged records to `cfg.output`; returns the summary of the file.
+
+  `controller_for(mem_paths)` returns `(controller, graph_index_of_mem_path)` for the graphs of one batch.
+  Progress (rate and ETA) is a tqdm bar on stderr.
+  """
+  out = pathlib.Path(cfg.output)
+  out.parent.mkdir(parents=True, exist_ok=True)
+  drop_torn_tail(out)
+  done = {r["question_id"] for r in read_jsonl(out)}
+  todo = select_questions(questions, cfg, done)
+  log(f"{len(done)} questions already in {out}; {len(todo)} to run")
+  bar = tqdm.tqdm(total=len(todo), unit="q", disable=not progress, dynamic_ncols=True)
+  with bar, out.open("a", encoding="utf-8") as sink:
+    for b in range(0, len(todo), cfg.batch_size):
+      batch = todo[b:b + cfg.batch_size]
+      controller, index = controller_for(list(dict.fromkeys(q.mem_path for q in batch)))
+      qs = [Question(question_id=q.question_id, question=q.prompt_text(), answer=q.answer,
+                     graph_index=index[q.mem_path], graph_key=q.video_id, before_clip=q.before_clip,
+                     question_types=q.types, multiple_choice=cfg.multiple_choice or q.multiple_choice)
+            for q in batch]
+      trajs = controller.run(qs)
+      verdicts = judge.judge([JudgeItem(t.question, q.answer, t.response) for t, q in zip(trajs, batch)])
+      for traj, q, verdict in zip(trajs, batch, verdicts):
+        sink.write(json.dumps(judged_record(traj, q, verdict), ensure_ascii=False) + "\n")
+      sink.flush()
+      bar.update(len(batch))
+  summary = summarize(read_jsonl(out))
+  out.with_suffix(".summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
+  if cfg.plot and summary["questions"]:
+    plot_summary(summary, out.with_suffix(".png"))
+  return summary
+
+
+def _sampling(cfg: EvalConfig, tokenizer, max_new_tokens: int, greedy: bool):
+  from m3jax.models.sampling import SamplingConfig
+  encoded = (tokenizer.encode(t, add_special_tokens=False) for t in ("<|im_end|>", "<|endoftext|>"))
+  stops = tuple(dict.fromkeys(ids[0] for ids in encoded if len(ids) == 1))
+  return SamplingConfig(max_new_tokens=max_new_tokens, greedy=greedy, temperature=cfg.temperature,
+                        top_p=cfg.top_p, top_k=cfg.top_k, stop_token_ids=stops, seed=cfg.seed)
+
+
+def build_judge(cfg: EvalConfig) -> Judge:
+  if cfg.judge == "http":
+    return HTTPJudge(cfg.http_judge)
+  if cfg.judge != "llm":
+    return RuleJudge(cfg.judge)
+  from m3jax.agent.policy import ChatCompleter
+  from m3jax.models.llm import load_llm
+  from m3jax.models.sampling import Sampler
+  model, tok = load_llm(cfg.judge_model)
+  sampling = _sampling(cfg, tok, cfg.judge_max_new_tokens, greedy=True)
+  return LocalLLMJudge(ChatCompleter(Sampler(model, sampling, tok), tok, sampling))
+
+
+def make_embedder(name: str):
+  """`minilm` -> the MiniLM sentence embedder; a path to a fixture `*.embedder.json` -> that hashed embedder."""
+  if name == "minilm":
+    from m3jax.models.bert import TextEmbedder
+    return TextEmbedder()
+  from m3jax.memory.fixture_embedder import HashedBowEmbedder
+  return HashedBowEmbedder.from_json(name)
+
+
+def build_controller_factory(cfg: EvalConfig):
+  """Loads the policy once; loads each graph once and caches it across batches."""
+  from m3jax.agent.policy import LLMPolicy
+  from m3jax.memory.graph import MemoryGraph
+  from m3jax.memory.search import MemorySearcher, SearchConfig
+  from m3jax.models.llm import load_llm
+  from m3jax.models.sampling import Sampler
+
+  model, tok = load_llm(cfg.model)
+  sampling = _sampling(cfg, tok, cfg.max_new_tokens, cfg.greedy)
+  sampler = Sampler(model, sampling, tok)
+  embed = make_embedder(cfg.embedder)
+  graphs: dict[str, Any] = {}
+
+  def controller_for(mem_paths: list[str]):
+    for m in mem_paths:
+      if m not in graphs:
+        path = graph_path(cfg.graphs_dir, m)
+        graphs[m] = MemoryGraph.from_reference_pickle(path) if path.suffix == ".pkl" else MemoryGraph.load(path)
+    searcher = MemorySearcher([graphs[m] for m in mem_paths], embed, SearchConfig())
+    policy = LLMPolicy(sampler, tok, sampling, reuse_kv=cfg.reuse_kv)
+    return Controller(policy, searcher, ControlConfig(max_rounds=cfg.max_rounds)), {m: i for i, m in
+                                                                                   enumerate(mem_paths)}
+  return controller_for
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(prog="m3jax.eval", description=__doc__.split("\n")[0])
+  add_config_args(parser)
+  args = parser.parse_args(argv)
+  cfg = load_config(args.config, args.overrides) if args.config else apply_overrides(EvalConfig(), args.overrides)
+  if not cfg.annotations or not cfg.graphs_dir:
+    parser.error("set annotations=... and graphs_dir=... (config file or --set)")
+  questions = load_annotations(cfg.annotations)
+  summary = run_eval(cfg, questions, build_controller_factory(cfg), build_judge(cfg))
+  print(format_summary(summary))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,105 @@
+"""The LLM policy on the m3jax Sampler: KV continuation == re-prefill, trajectory tokens == the conversation, and an
+end-to-end smoke run with the real SmolLM2-135M-Instruct weights over the fixture graphs."""
+
+import pathlib
+
+import numpy as np
+import pytest
+from flax import nnx
+
+from m3jax.agent import prompts
+from m3jax.agent.control import Controller, ControlConfig, Question
+from m3jax.agent.judges import JudgeItem, LocalLLMJudge, Verdict
+from m3jax.agent.policy import ChatCompleter, LLMPolicy, continuation_text
+from m3jax.memory.fixture_embedder import HashedBowEmbedder
+from m3jax.memory.graph import MemoryGraph
+from m3jax.memory.search import MemorySearcher, SearchConfig
+from m3jax.models.decoder import Decoder, DecoderConfig
+from m3jax.models.llm import load_llm
+from m3jax.models.sampling import Sampler, SamplingConfig
+from m3jax.models.tokenizer import load_tokenizer
+from m3jax.models.weights.gguf import smollm2_path
+
+FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "official_graphs"
+QUESTIONS = [
+  Question("s1", "Who made the coffee in the morning?", "Alice", graph_index=0, graph_key="small"),
+  Question("m1", "Who broke the blue vase?", "Jack", graph_index=1, graph_key="medium", before_clip=30),
+  Question("s2", "Where was the math homework?", "under the sofa cushions", graph_index=0, graph_key="small"),
+]
+
+
+@pytest.fixture(scope="module")
+def searcher():
+  embed = HashedBowEmbedder.from_json(FIXTURES / "small.embedder.json")
+  graphs = [MemoryGraph.from_reference_pickle(FIXTURES / f"{name}.pkl") for name in ("small", "medium")]
+  return MemorySearcher(graphs, embed, SearchConfig())
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+  return load_tokenizer(smollm2_path())
+
+
+def test_continuation_pieces_tokenize_like_the_full_conversation(tokenizer):
+  answer = "Action: [Search]\nContent: What is the name of <character_0>"
+  conv = [prompts.system_message("Who?"), {"role": "user", "content": "Searched knowledge: {}" + prompts.INSTRUCTION}]
+  result = prompts.search_result_message({"CLIP_1": ["<character_0> said hi."]}) + prompts.INSTRUCTION
+  full = conv + [{"role": "assistant", "content": answer}, {"role": "user", "content": result}]
+
+  def enc(text):
+    return tokenizer.encode(text, add_special_tokens=False)
+
+  pieces = enc(prompts.render_chatml(conv)) + enc(answer) + enc(continuation_text("length", result))
+  assert pieces == enc(prompts.render_chatml(full))
+  eos = enc(prompts.END_OF_TURN)
+  assert enc(prompts.render_chatml(conv)) + enc(answer) + eos + enc(continuation_text("stop", result)) == pieces
+
+
+def test_kv_continuation_matches_reprefill_and_records_the_conversation(tokenizer, searcher):
+  cfg = DecoderConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
+                      num_kv_heads=2, head_dim=8, tie_embeddings=True)
+  sampling = SamplingConfig(max_new_tokens=4, greedy=True, stop_token_ids=(2,))
+  sampler = Sampler(Decoder(cfg, rngs=nnx.Rngs(3)), sampling, tokenizer)  # shared: one jit cache for both modes
+  runs = {}
+  for reuse in (True, False):
+    policy = LLMPolicy(sampler, tokenizer, sampling, reuse_kv=reuse)
+    runs[reuse] = (policy, Controller(policy, searcher, ControlConfig(max_rounds=2)).run(QUESTIONS[:2]))
+  (kv_policy, kv), (_, re) = runs[True], runs[False]
+  for a, b in zip(kv, re):
+    assert len(a.rounds) == 2 and a.num_format_errors == 2  # a random model never follows the format
+    np.testing.assert_array_equal(a.token_ids, b.token_ids)
+    np.testing.assert_array_equal(a.generated, b.generated)
+    np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)
+  for row, traj in enumerate(kv):
+    # the recorded tokens are exactly what the sampler holds for the row, and decode to the ChatML conversation
+    assert traj.token_ids.tolist() == kv_policy._history[row]
+    messages = [prompts.system_message(traj.question),
+                {"role": "user", "content": "Searched knowledge: {}" + prompts.round_suffix(0, 2)}]
+    for k, r in enumerate(traj.rounds[:-1]):
+      messages += [{"role": "assistant", "content": r.text.removesuffix(prompts.END_OF_TURN)},
+                   {"role": "user", "content": r.result_text + prompts.round_suffix(k + 1, 2)}]
+    expected = prompts.render_chatml(messages) + traj.rounds[-1].text
+    assert tokenizer.decode(traj.token_ids.tolist(), skip_special_tokens=False) == expected
+    assert int(traj.generated.sum()) == sum(r.num_generated for r in traj.rounds) == 8
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+  return load_llm()
+
+
+def test_smollm2_end_to_end_smoke(smollm2, searcher):
+  model, tok = smollm2
+  sampling = SamplingConfig(max_new_tokens=8, greedy=True, stop_token_ids=(tok.convert_tokens_to_ids("<|im_end|>"),))
+  sampler = Sampler(model, sampling, tok)
+  trajs = Controller(LLMPolicy(sampler, tok, sampling), searcher, ControlConfig(max_rounds=2)).run(QUESTIONS[:2])
+  for t in trajs:
+    assert 1 <= len(t.rounds) <= 2 and t.rounds[0].text.strip()
+    assert t.generated.any() and np.all(t.logprobs[t.generated] <= 0) and np.all(np.isfinite(t.logprobs))
+    assert int(t.generated.sum()) == sum(r.num_generated for r in t.rounds)
+  # the same weights as a local judge: every answered item gets a parsed or explicitly invalid verdict
+  judge = LocalLLMJudge(ChatCompleter(sampler, tok, sampling))  # same config: reuses the compiled decode loop
+  verdicts = judge.judge([JudgeItem("What is the capital of France?", "Paris", "Paris"),
+                          JudgeItem("Who?", "Bob", "")])
+  assert verdicts[0].raw.strip() and verdicts[1] == Verdict(correct=False, valid=True, raw="")
+
