@@ -1,0 +1,124 @@
+"""Answering questions about a memorized video: the LLM controller, or a deterministic rule-based baseline.
+
+Both go through the memory's search tools only (`MemorySearcher`), never around them. The rule path follows the
+protocol the controller is instructed to use: resolve a name with "What is the character id of NAME", search with
+the character id, and turn ids back into names with "What is the name of <character_k>". It answers "who said X"
+with the name of the speaker of the best-matching memory and any other question with the best-matching memory
+itself (ids replaced by names): the floor a trained controller must beat, and a working path when the embedded
+135M controller is too weak.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, Sequence
+
+import numpy as np
+
+from m3jax.agent.control import Question
+from m3jax.memory.search import MemorySearcher, SearchConfig, SearchRequest
+
+_WHO_RE = re.compile(r"^\s*who\s+(?:said|says|mentioned|told)\s+(?:that\s+)?(.*?)\??\s*$", re.IGNORECASE)
+_CHAR_RE = re.compile(r"<(character_\d+|face_\d+|voice_\d+)>")
+_CAPITAL_RE = re.compile(r"\b([A-Z][a-z]+)\b")
+_PRESENT_RE = re.compile(r"^\s*<[^<>]+> is present\.?\s*$")
+_PERSON_WHO_RE = re.compile(r"\bthe (?:person|one) who (.+?) (?=will|go|goes|does|did|is|lives|works|put)\b")
+_NOT_NAMES = {"What", "Where", "Who", "Which", "When", "Why", "How", "Is", "Does", "Did", "Do", "The", "In", "I"}
+
+
+def _strip_tags(text: str) -> str:
+  return " ".join(_CHAR_RE.sub(" ", text).split())
+
+
+class RuleAnswerer:
+  """Deterministic answers from the top search hits of one graph (see module docstring)."""
+
+  def __init__(self, graphs, embed_fn: Callable[[Sequence[str]], np.ndarray], candidates: int = 6):
+    self.embed_fn = embed_fn
+    self.searcher = MemorySearcher(graphs, embed_fn, SearchConfig(node_topk=candidates))
+    self.names_searcher = MemorySearcher(graphs, embed_fn, SearchConfig(node_topk=5))
+
+  def _top(self, q: Question, query: str, k: int = 1) -> str | None:
+    """The best `k` memories for the query, joined. The search (restricted to the people the query names)
+    returns candidates; they are re-ranked by similarity with the people's tags removed from both sides, so a
+    short tag-dominated line ("<character_0> is present.") cannot outrank what that person said."""
+    r = self.searcher.search([SearchRequest(q.graph_index, query, "node", q.before_clip)])[0]
+    cands = [s for sentences in r.memories.values() for s in sentences if not _PRESENT_RE.match(s)]
+    if not cands:
+      return None
+    emb = self.embed_fn([_strip_tags(query)] + [_strip_tags(s) for s in cands])
+    order = np.argsort(-(emb[1:] @ emb[0]), kind="stable")
+    return " ".join(cands[i] for i in order[:k])
+
+  def _name_of(self, q: Question, tag: str) -> str | None:
+    r = self.names_searcher.search([SearchRequest(q.graph_index, f"What is the name of <{tag}>", "clip",
+                                                  q.before_clip)])[0]
+    pat = re.compile(rf"<{re.escape(tag)}>'s name is ([A-Z][a-z]+)")
+    for sentences in r.memories.values():
+      for s in sentences:
+        m = pat.search(s)
+        if m:
+          return m.group(1)
+    return None
+
+  def _id_of(self, q: Question, name: str) -> str | None:
+    r = self.names_searcher.search([SearchRequest(q.graph_index, f"What is the character id of {name}", "node",
+                                                  q.before_clip)])[0]
+    pat = re.compile(rf"<(character_\d+|face_\d+|voice_\d+)>'s name is {re.escape(name)}\b")
+    for sentences in r.memories.values():
+      for s in sentences:
+        m = pat.search(s)
+        if m:
+          return m.group(1)
+    return None
+
+  def _with_names(self, q: Question, text: str) -> str:
+    return _CHAR_RE.sub(lambda m: self._name_of(q, m.group(1)) or m.group(0), text)
+
+  def answer_one(self, q: Question) -> str:
+    who = _WHO_RE.match(q.question)
+    if who:
+      hit = self._top(q, who.group(1))
+      if hit is None:
+        return ""
+      m = _CHAR_RE.search(hit)
+      return (self._name_of(q, m.group(1)) or f"<{m.group(1)}>") if m else hit
+    query = q.question
+    hop = _PERSON_WHO_RE.search(query)
+    if hop:  # multi-hop: first find who matches the description, then ask about that person
+      hit = self._top(q, hop.group(1))
+      m = _CHAR_RE.search(hit or "")
+      if m:
+        query = query[:hop.start()] + f"<{m.group(1)}> " + query[hop.end():]
+    for name in dict.fromkeys(n for n in _CAPITAL_RE.findall(q.question)[1:] if n not in _NOT_NAMES):
+      tag = self._id_of(q, name)
+      if tag is not None:
+        query = re.sub(rf"\b{re.escape(name)}\b", f"<{tag}>", query)
+    hit = self._top(q, query, 2 if " and " in q.question else 1)  # two-part questions take two memories
+    return self._with_names(q, hit) if hit else ""
+
+  def answer(self, questions: Sequence[Question]) -> list[str]:
+    return [self.answer_one(q) for q in questions]
+
+
+class LLMAnswerer:
+  """The reference control loop (`Controller`) on a local LLM policy; returns the final answers."""
+
+  def __init__(self, graphs, embed_fn: Callable[[Sequence[str]], np.ndarray], llm: str = "smollm2-135m-instruct",
+               max_new_tokens: int = 192, seed: int = 0):
+    from m3jax.agent.control import Controller
+    from m3jax.agent.policy import LLMPolicy
+    from m3jax.models.llm import load_llm
+    from m3jax.models.sampling import Sampler, SamplingConfig
+
+    model, tokenizer = load_llm(llm)
+    stop = tuple(tokenizer.encode("<|im_end|>", add_special_tokens=False)[:1])
+    config = SamplingConfig(max_new_tokens=max_new_tokens, temperature=0.6, top_p=0.95, top_k=20,
+                            stop_token_ids=stop, seed=seed)  # the reference's control sampling
+    self.policy = LLMPolicy(Sampler(model, config), tokenizer, config)
+    self.controller = Controller(self.policy, MemorySearcher(graphs, embed_fn))
+    self.trajectories = []
+
+  def answer(self, questions: Sequence[Question]) -> list[str]:
+    self.trajectories = self.controller.run(questions)
+    return [(t.response or "").strip() for t in self.trajectories]

@@ -1,0 +1,145 @@
+"""The main job end to end on the embedded default: generate an episode, memorize it, answer its questions.
+
+Also the scoring shared with `bench/memorize.py`: per-type QA accuracy (deterministic containment judge,
+`answer_correct`) and identity purity / completeness of the memorized people
+against the episode script.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+from collections import Counter, defaultdict
+from typing import Any, Literal
+
+from m3jax.agent.control import Question
+from m3jax.agent.judges import normalize_answer
+from m3jax.agent.memorize import MemorizeConfig, Memorizer, MemorizeReport, load_memory
+from m3jax.agent.observations import ClipObservation
+from m3jax.agent.perceive import PerceptionModels
+from m3jax.data.episode_render import episode_audio, render_episode
+from m3jax.data.episodes import QUESTION_TYPES, Episode, EpisodeConfig, make_episode
+from m3jax.memory.graph import MemoryGraph
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoConfig:
+  episode: EpisodeConfig = EpisodeConfig(seed=0, num_clips=4, num_characters=2)
+  memorize: MemorizeConfig = MemorizeConfig()
+  answerer: Literal["llm", "rules"] = "rules"  # "llm": the SmolLM2-135M controller (slow on CPU)
+  llm: str = "smollm2-135m-instruct"
+  out_dir: str = "m3jax_demo"
+  progress: bool = True
+
+  def __post_init__(self):
+    if self.answerer not in ("llm", "rules"):
+      raise ValueError(f"answerer must be 'llm' or 'rules', got {self.answerer!r}")
+
+
+def episode_questions(ep: Episode) -> list[Question]:
+  return [Question(q["question_id"], q["question"], q["answer"], 0, graph_key=ep.id, before_clip=q["before_clip"],
+                   question_types=tuple(q["type"])) for q in ep.qa_list]
+
+
+def make_answerer(kind: str, graphs: list[MemoryGraph], models: PerceptionModels, llm: str = "smollm2-135m-instruct"):
+  from m3jax.agent.answer import LLMAnswerer, RuleAnswerer
+  return RuleAnswerer(graphs, models.text) if kind == "rules" else LLMAnswerer(graphs, models.text, llm)
+
+
+def answer_correct(answer: str, truth: str) -> bool:
+  """Deterministic judge: every comma-separated part of the ground truth ("Engineer, Chicago.") appears in the
+  normalised answer (articles and punctuation ignored) — containment, part by part."""
+  text = f" {normalize_answer(answer)} "
+  parts = [normalize_answer(p) for p in truth.split(",")]
+  return any(parts) and all(f" {p} " in text for p in parts if p)
+
+
+def qa_accuracy(questions: list[Question], answers: list[str]) -> dict[str, float]:
+  """Accuracy overall ("all") and per question type (a question counts for each of its types)."""
+  hits, totals = Counter(), Counter()
+  for q, a in zip(questions, answers):
+    for t in ("all",) + q.question_types:
+      totals[t] += 1
+      hits[t] += int(answer_correct(a, q.answer))
+  return {t: hits[t] / totals[t] for t in totals}
+
+
+def load_observations(memory_dir: str | pathlib.Path) -> list[ClipObservation]:
+  files = sorted(pathlib.Path(memory_dir, "clips").glob("clip_*.json"))
+  return [ClipObservation.from_json(json.loads(f.read_text())["observation"]) for f in files]
+
+
+def identity_scores(ep: Episode, observations: list[ClipObservation], graph: MemoryGraph) -> dict[str, float]:
+  """Purity and completeness of predicted people (characters after equivalences, else lone face/voice nodes)
+  over every face and speech observation, each labelled with the true character from the script: faces by
+  screen slot (the script lists people left to right), speech by the utterance it overlaps most. Missed
+  detections are not in these two scores: `face_recall` is the share of (clip, person on screen) pairs for which
+  a face was memorized."""
+  reverse = graph.characters().reverse
+  spans = iter(episode_audio(ep)[1])
+  said = {c.clip: [(*next(spans), u.speaker) for u in c.utterances] for c in ep.clips}
+  pairs: list[tuple[str, str]] = []
+  seen = shown = 0
+  for obs in observations:
+    script = ep.clips[obs.clip]
+    shown += len(script.present)
+    seen += len({min(len(script.present) - 1, int(f.x_center * len(script.present))) for f in obs.faces})
+    for f in obs.faces:
+      slot = min(len(script.present) - 1, int(f.x_center * len(script.present)))
+      pairs.append((reverse.get(f"face_{f.node_id}", f"face_{f.node_id}"), script.present[slot]))
+    for s in obs.speech:
+      a, b = obs.start + s.start, obs.start + s.end
+      best = max((min(b, end) - max(a, start), who) for start, end, who in said[obs.clip])
+      if best[0] > 0:
+        pairs.append((reverse.get(f"voice_{s.node_id}", f"voice_{s.node_id}"), best[1]))
+  face_recall = seen / shown if shown else 0.0
+  if not pairs:
+    return {"purity": 0.0, "completeness": 0.0, "observations": 0, "face_recall": face_recall}
+  by_pred, by_true = defaultdict(Counter), defaultdict(Counter)
+  for pred, true in pairs:
+    by_pred[pred][true] += 1
+    by_true[true][pred] += 1
+  n = len(pairs)
+  return {"purity": sum(max(c.values()) for c in by_pred.values()) / n,
+          "completeness": sum(max(c.values()) for c in by_true.values()) / n, "observations": n,
+          "face_recall": face_recall}
+
+
+def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
+  """Generates (or reuses) the episode, memorizes it (resuming), answers every question; returns the scores."""
+  out = pathlib.Path(config.out_dir)
+  ep = make_episode(config.episode)
+  video = out / f"{ep.id}.mp4"
+  if not video.exists():
+    render_episode(ep, out)
+  models = PerceptionModels.load(config.memorize.perception.face_upsample)
+  memory_dir = out / f"{ep.id}_memory"
+  report: MemorizeReport = Memorizer(memory_dir, config.memorize, models=models).memorize(video,
+                                                                                          progress=config.progress)
+  graph = load_memory(memory_dir)
+  questions = episode_questions(ep)
+  if config.progress:
+    print(f"answering {len(questions)} questions with the {config.answerer} answerer ...", flush=True)
+  answers = make_answerer(config.answerer, [graph], models, config.llm).answer(questions)
+  return {"episode": ep, "video": video, "memory_dir": memory_dir, "report": report, "questions": questions,
+          "answers": answers, "accuracy": qa_accuracy(questions, answers),
+          "identity": identity_scores(ep, load_observations(memory_dir), graph),
+          "characters": graph.characters().mappings}
+
+
+def format_demo(result: dict[str, Any]) -> str:
+  acc = result["accuracy"]
+  lines = [f"{q.question_id}: {q.question}\n  truth: {q.answer}\n  answer: {a}"
+           for q, a in zip(result["questions"], result["answers"])]
+  lines.append("accuracy per question type:")
+  for t in QUESTION_TYPES + ("all",):
+    if t in acc:
+      n = sum(1 for q in result["questions"] if t == "all" or t in q.question_types)
+      lines.append(f"  {t:32s} {acc[t]:.2f}  ({n} questions)")
+  ident = result["identity"]
+  lines.append(f"people: {len(result['characters'])} characters {result['characters']}; identity purity "
+               f"{ident['purity']:.2f}, completeness {ident['completeness']:.2f}")
+  lines.append(f"video: {result['video']}\nmemory: {result['memory_dir']}  "
+               f"(ask with: m3jax ask --memory {result['memory_dir']} \"question\")")
+  return "\n".join(lines)

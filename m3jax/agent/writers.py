@@ -1,0 +1,231 @@
+"""Memory writers: turn one clip's perception (`ClipObservation`) into episodic and semantic memories.
+
+All writers share one batched interface, `write(clips) -> list[ClipMemories]`, plus a JSON state so a resumed
+memorization continues exactly where it stopped:
+  * `TemplateWriter` — deterministic memories straight from perception ("<face_3> is present.",
+    "<voice_5> says: "..."", "<voice_5>'s name is Lily." for self-introductions) and face–voice equivalences from
+    clips with exactly one visible face and one voice (the paper's meta-clip idea), voted across clips so a single
+    noisy clip cannot tie a voice to the wrong face.
+  * `LLMWriter` — a text LLM writes both memory kinds from the structured perception under the reference prompt's
+    JSON contract (either `video_description` or `video_descriptions`, plus `high_level_conclusions`), with bounded
+    retries; ids it invents are dropped, and a clip whose output never parses falls back to the template memories
+    (the reference writes nothing for it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from typing import Any, Callable, Protocol, Sequence
+
+from m3jax.agent.observations import ClipMemories, ClipObservation
+from m3jax.memory.tags import parse_entities
+
+Message = dict[str, str]
+
+# The reference memorization prompt (`prompt_generate_memory_with_ids_sft`): the output contract M3-Agent's
+# memorization model was trained on, so an LLM writer's output is interchangeable with the released model's.
+MEMORY_PROMPT = (
+  "You will be given a video and a set of character features. Each feature is either a face (represented by a "
+  "video frame with a bounding box) or a voice (represented by one or more speech segments, each with MM:SS start "
+  "and end times, and transcript content). Each feature has a unique ID enclosed in angle brackets. Some features "
+  "may belong to the same character.\n\n"
+  "Your task consists of two parts:\n"
+  "1.\tVideo Description:\n"
+  "Generate a detailed and cohesive description of the current video clip. Use the provided feature IDs as "
+  "references to characters (when applicable). Your description should cover all observable and inferable events. "
+  "Each description should focus on a single atomic event or fact.\n"
+  "2.\tHigh-Level Conclusions:\n"
+  "Generate high-level reasoning-based conclusions that go beyond surface-level observations. Use logical inference "
+  "to identify character intentions, relationships, and identities. If a face and a voice feature refer to the same "
+  "character, indicate it using this exact format: Equivalence: <face_x>, <voice_y>\n\n"
+  "Output Format:\n"
+  "Your output must be a JSON object with the following structure:\n\n"
+  "{\n"
+  "\t\"video_description\": [\n"
+  "\t\t\"...\",  // each string is one atomic event description\n"
+  "\t\t\"...\"\n"
+  "\t],\n"
+  "\t\"high_level_conclusions\": [\n"
+  "\t\t\"...\",  // each string is one high-level inference or identity resolution\n"
+  "\t\t\"Equivalence: <face_1>, <voice_2>\"\n"
+  "\t]\n"
+  "}\n\n"
+  "Please only return the valid JSON object, without any additional explanation or formatting."
+)
+
+_NAME_RE = re.compile(r"\b(?:my name is|my name's|call me|i am called)\s+([A-Z][a-z]+)", re.IGNORECASE)
+
+
+class WriterOutputError(ValueError):
+  """An LLM writer reply that is not the contract's JSON object."""
+
+
+class MemoryWriter(Protocol):
+  """Batched clip → memories. `state`/`load_state` carry anything accumulated across clips (JSON-able)."""
+  name: str
+
+  def write(self, clips: Sequence[ClipObservation]) -> list[ClipMemories]:
+    ...
+
+  def state(self) -> dict[str, Any]:
+    ...
+
+  def load_state(self, state: dict[str, Any]) -> None:
+    ...
+
+
+def _mmss(seconds: float) -> str:
+  s = max(0, int(seconds))
+  return f"{s // 60:02d}:{s % 60:02d}"
+
+
+class TemplateWriter:
+  """Deterministic memories from perception alone. `min_votes`: solo clips needed before an equivalence."""
+  name = "template"
+
+  def __init__(self, min_votes: int = 1):
+    if min_votes < 1:
+      raise ValueError(f"min_votes must be >= 1, got {min_votes}")
+    self.min_votes = min_votes
+    self.votes: Counter[tuple[int, int]] = Counter()  # (face node, voice node) -> solo clips together
+
+  def state(self) -> dict[str, Any]:
+    return {"votes": [[f, v, n] for (f, v), n in sorted(self.votes.items())]}
+
+  def load_state(self, state: dict[str, Any]) -> None:
+    self.votes = Counter({(int(f), int(v)): int(n) for f, v, n in state.get("votes", [])})
+
+  def _winner(self, face: int, voice: int) -> bool:
+    """True when (face, voice) is both the voice's and the face's most-voted partner (ties: lowest id)."""
+    n = self.votes[(face, voice)]
+    if n < self.min_votes:
+      return False
+    for (f, v), m in self.votes.items():
+      if (v == voice and f != face) or (f == face and v != voice):
+        if m > n or (m == n and (f, v) < (face, voice)):
+          return False
+    return True
+
+  def write(self, clips: Sequence[ClipObservation]) -> list[ClipMemories]:
+    return [self._one(c) for c in clips]
+
+  def _one(self, clip: ClipObservation) -> ClipMemories:
+    faces = sorted(clip.faces, key=lambda f: (f.first_seen, f.node_id))
+    episodic = [f"<face_{f.node_id}> is present." for f in faces]
+    semantic: list[str] = []
+    for s in clip.speech:
+      text = s.text.strip()
+      episodic.append(f"<voice_{s.node_id}> says: \"{text}\"" if text else f"<voice_{s.node_id}> speaks.")
+      m = _NAME_RE.search(text)
+      if m:
+        fact = f"<voice_{s.node_id}>'s name is {m.group(1).capitalize()}."
+        if fact not in semantic:
+          semantic.append(fact)
+    voices = clip.voice_ids
+    if len(faces) == 1 and len(voices) == 1:
+      pair = (faces[0].node_id, voices[0])
+      self.votes[pair] += 1
+      if self._winner(*pair):
+        semantic.insert(0, f"Equivalence: <face_{pair[0]}>, <voice_{pair[1]}>")
+    return ClipMemories(tuple(episodic), tuple(semantic))
+
+
+def clip_prompt(clip: ClipObservation) -> list[Message]:
+  """The reference message for one clip, with faces described in text (a text LLM cannot see the crops)."""
+  faces = "\n".join(f"<face_{f.node_id}>: visible from {_mmss(f.first_seen)} to {_mmss(f.last_seen)}"
+                    for f in clip.faces)
+  voices: dict[str, list[dict[str, str]]] = {}
+  for s in clip.speech:
+    voices.setdefault(f"<voice_{s.node_id}>", []).append(
+        {"start_time": _mmss(s.start), "end_time": _mmss(s.end), "asr": s.text})
+  content = f"{MEMORY_PROMPT}\n\nFace features:\n{faces}\n\nVoice features:\n{json.dumps(voices)}"
+  return [{"role": "user", "content": content}]
+
+
+def parse_writer_output(reply: str) -> tuple[list[str], list[str]]:
+  """(episodic, semantic) from a reply; accepts code fences, surrounding prose and both key spellings."""
+  start, end = reply.find("{"), reply.rfind("}")
+  if start < 0 or end <= start:
+    raise WriterOutputError("no JSON object in the reply")
+  try:
+    obj = json.loads(reply[start:end + 1])
+  except json.JSONDecodeError as e:
+    raise WriterOutputError(f"reply is not valid JSON: {e}") from e
+  if not isinstance(obj, dict):
+    raise WriterOutputError("reply JSON is not an object")
+  key = "video_descriptions" if "video_descriptions" in obj else "video_description"
+  lists = []
+  for k in (key, "high_level_conclusions"):
+    v = obj.get(k)
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+      raise WriterOutputError(f"key {k!r} is missing or not a list of strings")
+    lists.append([x.strip() for x in v if x.strip()])
+  return lists[0], lists[1]
+
+
+def _known_ids_only(sentences: list[str], clip: ClipObservation) -> list[str]:
+  """Drops sentences naming face/voice ids that are not in this clip (an LLM inventing ids makes bogus edges)."""
+  known = {("face", f.node_id) for f in clip.faces} | {("voice", s.node_id) for s in clip.speech}
+  return [s for s in sentences if all((t, i) in known for t, i in parse_entities(s) if t in ("face", "voice"))]
+
+
+class LLMWriter:
+  """Text-LLM writer. `complete` maps a batch of conversations to replies (e.g. the m3jax Sampler behind a chat
+  template); failed rows are re-asked up to `max_retries` times, then get the template memories."""
+  name = "llm"
+
+  def __init__(self, complete: Callable[[list[list[Message]]], list[str]], max_retries: int = 2,
+               fallback: TemplateWriter | None = None):
+    if max_retries < 0:
+      raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+    self.complete = complete
+    self.max_retries = max_retries
+    self.fallback = fallback or TemplateWriter()
+    self.failures = 0
+
+  def state(self) -> dict[str, Any]:
+    return {"fallback": self.fallback.state(), "failures": self.failures}
+
+  def load_state(self, state: dict[str, Any]) -> None:
+    self.fallback.load_state(state.get("fallback", {}))
+    self.failures = int(state.get("failures", 0))
+
+  def write(self, clips: Sequence[ClipObservation]) -> list[ClipMemories]:
+    template = self.fallback.write(clips)  # keeps the equivalence votes current
+    out: list[ClipMemories | None] = [None] * len(clips)
+    todo = [i for i, c in enumerate(clips) if c.faces or c.speech]
+    for i, c in enumerate(clips):
+      if i not in todo:
+        out[i] = ClipMemories()
+    for _ in range(self.max_retries + 1):
+      if not todo:
+        break
+      replies = self.complete([clip_prompt(clips[i]) for i in todo])
+      if len(replies) != len(todo):
+        raise ValueError(f"completion backend returned {len(replies)} replies for {len(todo)} prompts")
+      failed = []
+      for i, reply in zip(todo, replies):
+        try:
+          epi, sem = parse_writer_output(reply)
+        except WriterOutputError:
+          failed.append(i)
+          continue
+        out[i] = ClipMemories(tuple(_known_ids_only(epi, clips[i])), tuple(_known_ids_only(sem, clips[i])))
+      todo = failed
+    for i in todo:
+      self.failures += 1
+      out[i] = template[i]
+    return [m if m is not None else ClipMemories() for m in out]
+
+
+def make_writer(kind: str, complete: Callable[[list[list[Message]]], list[str]] | None = None) -> MemoryWriter:
+  """Writer by name: "template" or "llm" (which needs `complete`)."""
+  if kind == "template":
+    return TemplateWriter()
+  if kind == "llm":
+    if complete is None:
+      raise ValueError("the llm writer needs a chat completion function")
+    return LLMWriter(complete)
+  raise ValueError(f"unknown memory writer {kind!r} (known: template, llm)")

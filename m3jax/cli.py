@@ -1,0 +1,141 @@
+"""The `m3jax` command: memorize a video, ask about it, or run the whole demo on the embedded default models.
+
+  m3jax memorize VIDEO --memory DIR [--append] [--writer template|llm] [--max-clips N] [--config F --set k=v]
+  m3jax ask --memory DIR "question" [--answerer llm|rules] [--before-clip N]
+  m3jax demo [--config configs/demo.py] [--set answerer=rules ...]
+
+One function per subcommand (`add_<name>` builds its parser, `run_<name>` runs it); `SUBCOMMANDS` lists them.
+Everything runs offline on models shipped in installed packages; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Callable, Sequence
+
+from m3jax.config import add_config_args, apply_overrides, load_config
+
+
+def _local_chat(llm: str, max_new_tokens: int):
+  """Batch chat completion on a local LLM through the m3jax sampler (greedy, stops at <|im_end|>)."""
+  from m3jax.agent.policy import ChatCompleter
+  from m3jax.models.llm import load_llm
+  from m3jax.models.sampling import Sampler, SamplingConfig
+
+  model, tokenizer = load_llm(llm)
+  stop = tuple(tokenizer.encode("<|im_end|>", add_special_tokens=False)[:1])
+  config = SamplingConfig(max_new_tokens=max_new_tokens, greedy=True, stop_token_ids=stop)
+  return ChatCompleter(Sampler(model, config), tokenizer, config)
+
+
+# ------------------------------------------------------------------------------------------------ memorize
+def add_memorize(sub) -> None:
+  p = sub.add_parser("memorize", help="build (or extend) the memory graph of a video, clip by clip")
+  p.add_argument("video")
+  p.add_argument("--memory", required=True, help="memory directory (created; re-running resumes)")
+  p.add_argument("--append", action="store_true", help="add this video after the one already in DIR")
+  p.add_argument("--writer", choices=("template", "llm"), default="template")
+  p.add_argument("--llm", default="smollm2-135m-instruct", help="LLM for --writer llm")
+  p.add_argument("--max-clips", type=int, default=None)
+  p.add_argument("--no-progress", action="store_true")
+  add_config_args(p)
+  p.set_defaults(run=run_memorize)
+
+
+def _memorize_config(args):
+  from m3jax.agent.memorize import MemorizeConfig
+  config = load_config(args.config) if args.config else MemorizeConfig()
+  if hasattr(config, "memorize"):  # a demo config file: use its memorization part
+    config = config.memorize
+  return apply_overrides(config, args.overrides)
+
+
+def run_memorize(args) -> int:
+  from m3jax.agent.memorize import Memorizer
+  from m3jax.agent.writers import make_writer
+
+  writer = make_writer(args.writer, _local_chat(args.llm, 512) if args.writer == "llm" else None)
+  report = Memorizer(args.memory, _memorize_config(args), writer=writer).memorize(
+      args.video, append=args.append, max_clips=args.max_clips, progress=not args.no_progress)
+  print(f"memorized clips {report.clips_done[:1] + report.clips_done[-1:] if report.clips_done else 'none new'} "
+        f"({report.clips_skipped} already in memory) into {report.memory_dir}; next clip {report.next_clip}")
+  print(f"{report.media_seconds:.0f} s of media in {report.wall_seconds:.1f} s "
+        f"(real-time factor {report.realtime_factor:.2f}); per stage: "
+        + ", ".join(f"{k} {v:.1f}s" for k, v in report.timings.items()))
+  return 0
+
+
+# ----------------------------------------------------------------------------------------------------- ask
+def add_ask(sub) -> None:
+  p = sub.add_parser("ask", help="answer a question from a memory directory")
+  p.add_argument("question")
+  p.add_argument("--memory", required=True)
+  p.add_argument("--answerer", choices=("llm", "rules"), default="llm")
+  p.add_argument("--llm", default="smollm2-135m-instruct")
+  p.add_argument("--before-clip", type=int, default=None, help="use only memories of clips <= N")
+  p.add_argument("--show-trajectory", action="store_true")
+  p.set_defaults(run=run_ask)
+
+
+def run_ask(args) -> int:
+  from m3jax.agent.control import Question
+  from m3jax.agent.demo import make_answerer
+  from m3jax.agent.memorize import load_memory
+  from m3jax.agent.perceive import PerceptionModels
+
+  graph = load_memory(args.memory)
+  answerer = make_answerer(args.answerer, [graph], PerceptionModels.load(), args.llm)
+  answer = answerer.answer([Question("q", args.question, "", 0, before_clip=args.before_clip)])[0]
+  if args.show_trajectory and getattr(answerer, "trajectories", None):
+    for r in answerer.trajectories[0].rounds:
+      print(f"[{r.action}] {r.content}")
+  print(answer if answer else "(no answer)")
+  return 0
+
+
+# ---------------------------------------------------------------------------------------------------- demo
+def add_demo(sub) -> None:
+  p = sub.add_parser("demo", help="generate a sample episode, memorize it, answer its questions")
+  add_config_args(p)
+  p.set_defaults(run=run_demo)
+
+
+def run_demo(args) -> int:
+  from m3jax.agent.demo import DemoConfig, format_demo, run_demo as demo
+
+  config = load_config(args.config) if args.config else DemoConfig()
+  result = demo(apply_overrides(config, args.overrides))
+  print(format_demo(result))
+  print(json.dumps({"accuracy": result["accuracy"], "identity": result["identity"]}))
+  return 0
+
+
+# ---------------------------------------------------------------------------------------------------- chat
+# Reserved for the lead: `chat` (interactive / one-shot chat with SmolLM2 through m3jax) is added here as
+# `add_chat` / `run_chat` and listed in SUBCOMMANDS below.
+
+
+SUBCOMMANDS: list[Callable] = [add_memorize, add_ask, add_demo]
+
+
+def build_parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(prog="m3jax", description=__doc__.split("\n")[0])
+  sub = parser.add_subparsers(dest="command", required=True)
+  for add in SUBCOMMANDS:
+    add(sub)
+  return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  args = build_parser().parse_args(argv)
+  try:
+    return args.run(args)
+  except (ValueError, FileNotFoundError) as e:  # bad input: one clear line, no traceback
+    print(f"m3jax {args.command}: error: {e}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+  sys.exit(main())
