@@ -3,6 +3,7 @@
   m3jax memorize VIDEO --memory DIR [--append] [--writer template|llm] [--max-clips N] [--config F --set k=v]
   m3jax ask --memory DIR "question" [--answerer llm|rules] [--before-clip N]
   m3jax demo [--config configs/demo.py] [--set answerer=rules ...]
+  m3jax chat ["prompt" ...] [--llm DIR|FILE.gguf] [--temperature T]
 
 One function per subcommand (`add_<name>` builds its parser, `run_<name>` runs it); `SUBCOMMANDS` lists them.
 Everything runs offline on models shipped in installed packages; nothing is downloaded.
@@ -113,11 +114,54 @@ def run_demo(args) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------- chat
-# Reserved for the lead: `chat` (interactive / one-shot chat with SmolLM2 through m3jax) is added here as
-# `add_chat` / `run_chat` and listed in SUBCOMMANDS below.
+def add_chat(sub) -> None:
+  p = sub.add_parser("chat", help="chat with a local LLM through the m3jax sampler (the KV cache is kept "
+                                  "across turns)")
+  p.add_argument("prompt", nargs="*", help="one-shot prompts, answered as one batch; none = interactive chat")
+  p.add_argument("--llm", default="smollm2-135m-instruct", help="HF directory, .gguf file or the default")
+  p.add_argument("--max-new-tokens", type=int, default=256)
+  p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+  p.add_argument("--top-p", type=float, default=1.0)
+  p.add_argument("--seed", type=int, default=0)
+  p.set_defaults(run=run_chat)
 
 
-SUBCOMMANDS: list[Callable] = [add_memorize, add_ask, add_demo]
+def run_chat(args) -> int:
+  from m3jax.models.llm import load_llm
+  from m3jax.models.sampling import Sampler, SamplingConfig
+  from m3jax.models.tokenizer import chat_ids
+
+  model, tok = load_llm(args.llm)
+  stop = tuple(i for i in {tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")} if isinstance(i, int))
+  cfg = SamplingConfig(max_new_tokens=args.max_new_tokens, greedy=args.temperature == 0,
+                       temperature=args.temperature or 1.0, top_p=args.top_p, stop_token_ids=stop, seed=args.seed)
+  sampler = Sampler(model, cfg, tokenizer=tok)
+  if args.prompt:
+    out = sampler.generate([chat_ids(tok, [{"role": "user", "content": p}]) for p in args.prompt])
+    for prompt, text in zip(args.prompt, out.text):
+      print(f">>> {prompt}\n{text.strip()}" if len(args.prompt) > 1 else text.strip())
+    return 0
+  messages, state = [], None
+  while True:
+    try:
+      line = input(">>> ").strip()
+    except EOFError:
+      return 0
+    if not line:
+      continue
+    messages.append({"role": "user", "content": line})
+    ids = chat_ids(tok, messages)
+    history = state.history[0] if state is not None else []
+    if state is not None and ids[:len(history)] == history:  # append only the new turn to the cached history
+      out = sampler.continue_(state, [ids[len(history):]])
+    else:
+      out = sampler.generate([ids])
+    state = out.state
+    messages.append({"role": "assistant", "content": out.text[0].strip()})
+    print(out.text[0].strip())
+
+
+SUBCOMMANDS: list[Callable] = [add_memorize, add_ask, add_demo, add_chat]
 
 
 def build_parser() -> argparse.ArgumentParser:
