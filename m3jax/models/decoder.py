@@ -13,6 +13,8 @@ appended at that offset (ragged batches, multi-turn continuation) and attend to 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 from typing import Any
 
 import flax.struct
@@ -191,8 +193,14 @@ class Decoder(nnx.Module):
 
   def hidden(self, tokens: Int[Array, "B T"] | None, cache: KVCache | None = None,
              chunk_len: Int[Array, "B"] | None = None, positions: Array | None = None, *,
-             inputs_embeds: Float[Array, "B T D"] | None = None) -> tuple[Float[Array, "B T D"], KVCache | None]:
-    """Final-norm hidden states. `inputs_embeds` replaces the token embedding (multimodal merging)."""
+             inputs_embeds: Float[Array, "B T D"] | None = None, layer_loop: str = "scan",
+             remat: bool | None = None) -> tuple[Float[Array, "B T D"], KVCache | None]:
+    """Final-norm hidden states. `inputs_embeds` replaces the token embedding (multimodal merging).
+
+    `layer_loop="scan"` compiles one layer body (decoding, deep models); `"unroll"` (no cache only) lets XLA fuse
+    across layers, which makes the backward pass of training ~15-20% faster on small models. `remat`
+    (default `cfg.remat`) recomputes each layer in the backward pass.
+    """
     x = self.embed_tokens(tokens) if inputs_embeds is None else inputs_embeds.astype(self.cfg.dtype)
     B, T = x.shape[:2]
     chunk_len = jnp.full((B,), T, jnp.int32) if chunk_len is None else chunk_len.astype(jnp.int32)
@@ -212,11 +220,17 @@ class Decoder(nnx.Module):
       x, ck, cv = self._layer(x, p, layer, ck, cv, slots, valid_len, cos, sin, cache is not None)
       return (x, ck, cv), None
 
-    if self.cfg.remat:
-      body = jax.checkpoint(body, prevent_cse=False)
+    if layer_loop not in ("scan", "unroll") or (layer_loop == "unroll" and cache is not None):
+      raise ValueError(f"layer_loop={layer_loop!r}: expected 'scan', or 'unroll' without a cache")
+    if self.cfg.remat if remat is None else remat:
+      body = jax.checkpoint(body, prevent_cse=layer_loop == "unroll")
     if cache is None:
       dummy = jnp.zeros((0,), x.dtype)
-      (x, _, _), _ = jax.lax.scan(body, (x, dummy, dummy), (layer_params, jnp.arange(self.cfg.num_layers)))
+      if layer_loop == "unroll":
+        for i in range(self.cfg.num_layers):
+          (x, _, _), _ = body((x, dummy, dummy), ({k: v[i] for k, v in layer_params.items()}, i))
+      else:
+        (x, _, _), _ = jax.lax.scan(body, (x, dummy, dummy), (layer_params, jnp.arange(self.cfg.num_layers)))
       new_cache = None
     else:
       (x, ck, cv), _ = jax.lax.scan(body, (x, cache.k, cache.v), (layer_params, jnp.arange(self.cfg.num_layers)))
@@ -234,9 +248,9 @@ class Decoder(nnx.Module):
 
   def _layer(self, x, p, layer, ck, cv, slots, valid_len, cos, sin, use_cache):
     c, dt = self.cfg, self.cfg.dtype
-    mm = lambda spec, a, w: jnp.einsum(spec, a, w.astype(dt), preferred_element_type=jnp.float32)
+    mm = functools.partial(dense, dtype=dt)
     h = rms_norm(x, p["attn_norm"], c.rms_norm_eps)
-    q, k, v = mm("btd,dhk->bthk", h, p["wq"]), mm("btd,dhk->bthk", h, p["wk"]), mm("btd,dhk->bthk", h, p["wv"])
+    q, k, v = mm(h, p["wq"], 1), mm(h, p["wk"], 1), mm(h, p["wv"], 1)
     if c.qkv_bias:
       q, k, v = q + p["bq"], k + p["bk"], v + p["bv"]
     q, k, v = q.astype(dt), k.astype(dt), v.astype(dt)
@@ -253,11 +267,22 @@ class Decoder(nnx.Module):
     else:
       keys, values = k, v
     attn = attention(q, keys, values, slots, valid_len)
-    x = x + mm("bthk,hkd->btd", attn, p["wo"]).astype(dt)
+    x = x + mm(attn, p["wo"], 2).astype(dt)
     h = rms_norm(x, p["mlp_norm"], c.rms_norm_eps)
-    gate, up = mm("btd,df->btf", h, p["w_gate"]), mm("btd,df->btf", h, p["w_up"])
-    x = x + mm("btf,fd->btd", (jax.nn.silu(gate) * up).astype(dt), p["w_down"]).astype(dt)
+    gate, up = mm(h, p["w_gate"], 1), mm(h, p["w_up"], 1)
+    x = x + mm((jax.nn.silu(gate) * up).astype(dt), p["w_down"], 1).astype(dt)
     return x, ck, cv
+
+
+def dense(x: Array, w: Array, n_in: int, dtype) -> Array:
+  """Contracts the last `n_in` axes of x with the first `n_in` of w as one 2-D matmul (float32 accumulation).
+
+  A flat [tokens, in] @ [in, out] dot: XLA:CPU differentiates it 1.6-1.8x faster than the equivalent 3-D einsum.
+  """
+  lead, ins, outs = x.shape[:x.ndim - n_in], w.shape[:n_in], w.shape[n_in:]
+  k, n = math.prod(ins), math.prod(outs)
+  y = jnp.dot(x.reshape(-1, k), w.astype(dtype).reshape(k, n), preferred_element_type=jnp.float32)
+  return y.reshape(*lead, *outs)
 
 
 def attention(q: Float[Array, "B T H Dh"], k: Float[Array, "B S K Dh"], v: Float[Array, "B S K Dh"],

@@ -1,0 +1,253 @@
+"""The DAPO learner: optax AdamW on a Decoder, sharded, with whole-batch token-mean gradient accumulation.
+
+One rollout batch of N trajectories is trained for `epochs` passes of `mini_batches` optimizer steps each (so
+the importance ratio moves away from 1 and the clip bounds can bind, unlike the reference's single step on the
+data its old log-probs came from, §5.10). A mini-batch is laid out on the host as `[A, M, T]` (A accumulation
+steps of M sequences, M sharded over `data`×`fsdp`); the jitted step computes the mini-batch's loss
+denominator first, then `lax.scan`s over the A micro-batches summing `objective / denominator` gradients, so
+the result is the exact gradient of the whole-mini-batch token mean. A step whose gradients are not finite is
+skipped (optax.apply_if_finite) and counted. The parameter arrays live in the Decoder passed in: after each
+update they are written back into it with `nnx.update`, so the sampler decodes with them without a copy
+(the step donates the old arrays: build the Sampler after an update, as `m3jax.rl.program` does per rollout).
+The forward pass is `Decoder.hidden` with unrolled layers (`layer_loop`) and optional per-layer remat and the log-probs
+come from `m3jax.rl.logprobs` in sequence × vocabulary chunks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from m3jax import parallel
+from m3jax.models.decoder import Decoder, logical_axes
+from m3jax.rl import logprobs as lp_lib
+from m3jax.rl import losses
+
+Batch = dict[str, np.ndarray]
+
+
+class LearnerConfigError(ValueError):
+  """Inconsistent learner settings or batch shapes."""
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+  """AdamW + global-norm clipping; the reference's values are lr 1e-6 constant, wd 0.01, clip 1.0."""
+
+  lr: float = 1e-6
+  schedule: Literal["constant", "cosine", "linear"] = "constant"
+  warmup_steps: int = 0
+  total_steps: int = 1000  # decay horizon of the cosine / linear schedules
+  b1: float = 0.9
+  b2: float = 0.999
+  weight_decay: float = 0.01
+  grad_clip: float = 1.0
+
+  def __post_init__(self):
+    if self.lr <= 0 or self.total_steps < 1 or self.warmup_steps < 0 or self.grad_clip <= 0:
+      raise LearnerConfigError("lr, total_steps, grad_clip must be positive and warmup_steps >= 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnerConfig:
+  loss: losses.LossConfig = losses.LossConfig()
+  optim: OptimConfig = OptimConfig()
+  temperature: float = 1.0  # logits are divided by it for every log-prob (the reference: rollout T = 0.6)
+  epochs: int = 1
+  mini_batches: int = 1  # optimizer steps per epoch
+  micro_batch: int = 0  # sequences per accumulation step; 0 = the whole mini-batch in one step
+  seq_chunk: int = 256
+  vocab_chunk: int = 8192
+  layer_loop: Literal["unroll", "scan"] = "unroll"  # "scan" compiles once for very deep models
+  remat: bool = False  # rematerialise each layer in the backward pass (activation memory of one layer)
+
+  def __post_init__(self):
+    if self.layer_loop not in ("unroll", "scan"):
+      raise LearnerConfigError(f"layer_loop={self.layer_loop!r}; expected 'unroll' or 'scan'")
+    if self.epochs < 1 or self.mini_batches < 1 or self.micro_batch < 0 or self.temperature <= 0:
+      raise LearnerConfigError("epochs and mini_batches must be >= 1, micro_batch >= 0, temperature > 0")
+
+
+def make_optimizer(cfg: OptimConfig) -> optax.GradientTransformation:
+  if cfg.schedule == "constant":
+    decay = optax.constant_schedule(cfg.lr)
+  elif cfg.schedule == "cosine":
+    decay = optax.cosine_decay_schedule(cfg.lr, max(cfg.total_steps - cfg.warmup_steps, 1))
+  else:
+    decay = optax.linear_schedule(cfg.lr, 0.0, max(cfg.total_steps - cfg.warmup_steps, 1))
+  sched = decay if not cfg.warmup_steps else optax.join_schedules(
+      [optax.linear_schedule(0.0, cfg.lr, cfg.warmup_steps), decay], [cfg.warmup_steps])
+  inner = optax.chain(optax.clip_by_global_norm(cfg.grad_clip),
+                      optax.adamw(sched, b1=cfg.b1, b2=cfg.b2, weight_decay=cfg.weight_decay))
+  return optax.apply_if_finite(inner, max_consecutive_errors=2**30)
+
+
+class Learner:
+  """Owns the optimizer state; trains the parameters of `model` in place."""
+
+  def __init__(self, model: Decoder, cfg: LearnerConfig, *, mesh: Mesh | None = None,
+               ref_model: Decoder | None = None):
+    self.cfg, self.mesh, self.model = cfg, mesh, model
+    if cfg.loss.kl_coef > 0 and ref_model is None:
+      raise LearnerConfigError("loss.kl_coef > 0 needs a frozen ref_model")
+    self.graphdef, params, self.rest = nnx.split(model, nnx.Param, ...)
+    self._logical = logical_axes(model)
+    self.params = self._shard(params)
+    self.ref_params = None if ref_model is None else self._shard(nnx.state(ref_model, nnx.Param))
+    self.opt_state = _init_opt(cfg.optim, self.params)
+    self.step = 0
+    nnx.update(self.model, self.params)
+
+  # ------------------------------------------------------------------------------------------- public API
+  def logprobs(self, batch: Batch, *, reference: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Per-token (log-prob, entropy) [N, T] of `batch["tokens"]` under the current (or reference) policy.
+
+    With `batch["mask"]`, only values at masked positions are meaningful (unused chunks are skipped)."""
+    params = self.ref_params if reference else self.params
+    if params is None:
+      raise LearnerConfigError("no reference model was given")
+    n = batch["tokens"].shape[0]
+    idx = self._layout(np.arange(n))  # [A, M]
+    tokens, lengths = self._put(batch["tokens"][idx]), self._put(batch["lengths"][idx])
+    mask = batch.get("mask", np.ones(batch["tokens"].shape, np.float32))
+    logp, ent = _logprobs_fn(self.graphdef, self.cfg, self.rest, params, tokens, lengths, self._put(mask[idx]))
+    out = np.empty((n, batch["tokens"].shape[1]), np.float32), np.empty((n, batch["tokens"].shape[1]), np.float32)
+    out[0][idx], out[1][idx] = np.asarray(logp), np.asarray(ent)
+    return out
+
+  def update(self, batch: Batch, seed: int) -> list[dict[str, float]]:
+    """Trains on one rollout batch (needs tokens, lengths, mask, advantages, old_logp[, ref_logp]).
+
+    Returns one metrics dict per optimizer step. Rows are shuffled per epoch with `seed` (deterministic).
+    """
+    n = self._check(batch)
+    size = n // self.cfg.mini_batches
+    rng = np.random.default_rng(seed)
+    history = []
+    for _ in range(self.cfg.epochs):
+      perm = rng.permutation(n)
+      for k in range(self.cfg.mini_batches):
+        rows = perm[k * size:(k + 1) * size]
+        mb = {key: self._put(v[self._layout(rows)]) for key, v in batch.items()}
+        self.params, self.opt_state, metrics = _train_step(self.graphdef, self.cfg, self.rest, self.params,
+                                                           self.opt_state, mb)
+        self.step += 1
+        history.append({k: float(v) for k, v in jax.device_get(metrics).items()})
+    nnx.update(self.model, self.params)
+    return history
+
+  @property
+  def skipped_steps(self) -> int:
+    return int(self.opt_state.total_notfinite)
+
+  def state(self) -> dict[str, Any]:
+    """Everything an exact resume needs from the learner (see m3jax.checkpoint)."""
+    return {"params": self.params, "opt_state": self.opt_state, "step": self.step}
+
+  def restore(self, state: dict[str, Any]) -> None:
+    self.params = self._shard(state["params"])
+    self.opt_state = state["opt_state"]
+    self.step = int(state["step"])
+    nnx.update(self.model, self.params)
+
+  # ------------------------------------------------------------------------------------------- internals
+  def _micro(self, n: int) -> int:
+    """Number of accumulation steps for a set of n rows."""
+    m = self.cfg.micro_batch or n
+    if n % m:
+      raise LearnerConfigError(f"{n} rows do not split into micro-batches of {m}")
+    shards = 1 if self.mesh is None else self.mesh.shape["data"] * self.mesh.shape["fsdp"]
+    if m % shards:
+      raise LearnerConfigError(f"micro-batch of {m} rows does not split over {shards} data×fsdp devices")
+    return n // m
+
+  def _layout(self, rows: np.ndarray) -> np.ndarray:
+    """[A, M] row indices: strided, so the contiguous M-shards of every micro-batch stay on their devices."""
+    a = self._micro(len(rows))
+    return rows.reshape(len(rows) // a, a).T
+
+  def _shard(self, params: nnx.State) -> nnx.State:
+    """Places every parameter on the mesh by its `logical` axis names (no-op without a mesh)."""
+    if self.mesh is None:  # committed to one device, so restored and fresh arrays hit the same compilation
+      return jax.device_put(params, jax.devices()[0])
+    place = lambda v, names: v.replace(jax.device_put(v.get_value(), parallel.named_sharding(
+        self.mesh, names, v.get_value().shape)))
+    return jax.tree.map(place, params, self._logical, is_leaf=lambda x: isinstance(x, nnx.Variable))
+
+  def _put(self, x: np.ndarray) -> jax.Array:
+    if self.mesh is None:
+      return jax.device_put(x, jax.devices()[0])
+    spec = P(None, ("data", "fsdp"), *([None] * (x.ndim - 2)))
+    return jax.device_put(x, NamedSharding(self.mesh, spec))
+
+  def _check(self, batch: Batch) -> int:
+    needed = {"tokens", "lengths", "mask", "advantages", "old_logp"} | (
+        {"ref_logp"} if self.cfg.loss.kl_coef > 0 else set())
+    missing = needed - set(batch)
+    if missing:
+      raise LearnerConfigError(f"batch lacks {sorted(missing)}")
+    n, t = batch["tokens"].shape
+    for k in needed - {"tokens", "lengths"}:
+      if batch[k].shape != (n, t):
+        raise LearnerConfigError(f"batch[{k!r}] has shape {batch[k].shape}, expected {(n, t)}")
+    if n % self.cfg.mini_batches:
+      raise LearnerConfigError(f"{n} rows do not split into {self.cfg.mini_batches} mini-batches")
+    self._micro(n // self.cfg.mini_batches)
+    return n
+
+
+
+# The jitted functions are module-level with (graphdef, config) static, so every Learner of the same
+# architecture and settings shares one compilation (tests, resumes and benchmarks build several).
+def _forward(graphdef, cfg: LearnerConfig, rest, params, tokens, lengths, mask):
+  model = nnx.merge(graphdef, params, rest)
+  h, _ = model.hidden(tokens, chunk_len=lengths, layer_loop=cfg.layer_loop, remat=cfg.remat)
+  return lp_lib.sequence_logprobs(h, model.lm_head_weight(), tokens, mask, temperature=cfg.temperature,
+                                  seq_chunk=cfg.seq_chunk, vocab_chunk=cfg.vocab_chunk)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _init_opt(cfg: OptimConfig, params):
+  return make_optimizer(cfg).init(params)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _logprobs_fn(graphdef, cfg: LearnerConfig, rest, params, tokens, lengths, mask):
+  return jax.lax.map(lambda xs: _forward(graphdef, cfg, rest, params, *xs), (tokens, lengths, mask))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=(3, 4))
+def _train_step(graphdef, cfg: LearnerConfig, rest, params, opt_state, mb):
+  lcfg = cfg.loss
+  denom = losses.denominator(mb["mask"].reshape(-1, mb["mask"].shape[-1]), lcfg.agg_mode)
+
+  def micro_loss(p, x):
+    logp, ent = _forward(graphdef, cfg, rest, p, x["tokens"], x["lengths"], x["mask"])
+    sums = losses.loss_sums(logp, x["old_logp"], x["advantages"], x["mask"], lcfg,
+                            ref_logp=x.get("ref_logp"), entropy=ent)
+    return sums["objective"] / jnp.maximum(denom, 1e-8), sums
+
+  grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
+
+  def body(acc, x):
+    (_, sums), g = grad_fn(params, x)
+    return jax.tree.map(jnp.add, acc, (g, sums)), None
+
+  zero_sums = jax.eval_shape(lambda: micro_loss(params, jax.tree.map(lambda v: v[0], mb))[1])
+  init = (jax.tree.map(jnp.zeros_like, params), jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zero_sums))
+  (grads, sums), _ = jax.lax.scan(body, init, mb)
+  tx = make_optimizer(cfg.optim)
+  updates, new_opt = tx.update(grads, opt_state, params)
+  new_params = optax.apply_updates(params, updates)
+  metrics = losses.finalize_metrics(sums, denom)
+  metrics["grad_norm"] = optax.tree.norm(grads)
+  metrics["skipped"] = 1.0 - new_opt.last_finite.astype(jnp.float32)
+  return new_params, new_opt, metrics

@@ -1,0 +1,104 @@
+"""GRPO and TAURA advantages, reward shaping and dynamic sampling vs hand-computed cases."""
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from m3jax.rl import advantages, dynamic_sampling as ds, rewards
+
+
+def test_grpo_group_normalisation_by_hand():
+  r = np.array([1.0, 0.0, 1.0, 1.0, 0.0, 0.0], np.float32)  # groups [1, 0, 1] and [1, 0, 0]
+  a = np.asarray(advantages.grpo_advantages(r, 3))
+  s = math.sqrt(((1 / 3) ** 2 * 2 + (2 / 3) ** 2) / 2)  # unbiased std of both groups
+  np.testing.assert_allclose(a[:3], np.array([1 / 3, -2 / 3, 1 / 3]) / (s + 1e-6), rtol=1e-5)
+  np.testing.assert_allclose(a[3:], np.array([2 / 3, -1 / 3, -1 / 3]) / (s + 1e-6), rtol=1e-5)
+
+
+def test_grpo_pair_gives_plus_minus_0_7071_and_singletons_pass_through():
+  a = np.asarray(advantages.grpo_advantages(np.array([1.0, 0.0]), 2))
+  np.testing.assert_allclose(a, [0.70710, -0.70710], rtol=1e-4)
+  np.testing.assert_allclose(advantages.grpo_advantages(np.array([0.3, -1.0]), 1), [0.3, -1.0])
+  np.testing.assert_allclose(advantages.grpo_advantages(np.array([1.0, 0.0]), 2, norm_by_std=False), [0.5, -0.5])
+  with pytest.raises(advantages.AdvantageError, match="groups of 3"):
+    advantages.grpo_advantages(np.zeros(4), 3)
+
+
+def test_token_advantages_broadcast_on_mask():
+  mask = jnp.array([[0, 1, 1, 0], [0, 0, 1, 1]], jnp.float32)
+  out = advantages.token_advantages(jnp.array([2.0, -1.0]), mask)
+  np.testing.assert_allclose(out, [[0, 2, 2, 0], [0, 0, -1, -1]])
+
+
+def test_taura_rescales_each_turn_by_its_normalised_mean_entropy():
+  # one trajectory: turn 0 = tokens 1,2 (entropy 1, 3 -> mean 2); prompt token 3; turn 1 = tokens 4,5 (mean 1)
+  turn = jnp.array([[-1, 0, 0, -1, 1, 1]])
+  mask = (turn >= 0).astype(jnp.float32)
+  ent = jnp.array([[9.0, 1.0, 3.0, 9.0, 0.5, 1.5]])
+  out = advantages.token_advantages(jnp.array([0.6]), mask, entropy=ent, turn_ids=turn, num_turns=5)
+  # turn means 2 and 1, trajectory mean 1.5 -> weights 4/3 and 2/3 (prompt tokens ignored)
+  np.testing.assert_allclose(out, [[0, 0.8, 0.8, 0, 0.4, 0.4]], rtol=1e-5)
+  capped = advantages.token_advantages(jnp.array([0.6]), mask, entropy=ent, turn_ids=turn, num_turns=5,
+                                       max_weight=1.0)
+  np.testing.assert_allclose(capped, [[0, 0.6, 0.6, 0, 0.4, 0.4]], rtol=1e-5)
+  with pytest.raises(advantages.AdvantageError, match="turn_ids"):
+    advantages.token_advantages(jnp.array([0.6]), mask, entropy=ent)
+
+
+def test_reward_components_by_hand():
+  eps = [rewards.EpisodeStats("<character_1> did it <character_2>", 1, 2, 1, 100),
+         rewards.EpisodeStats(None, 0, 4, 0, 300)]
+  cfg = rewards.RewardConfig(overlong_max_tokens=250, overlong_buffer=100)
+  c = rewards.reward_components([1.0, 0.0], eps, cfg)
+  np.testing.assert_allclose(c["character"], [-0.4, 0.0])
+  np.testing.assert_allclose(c["format"], [-0.3, 0.0])
+  np.testing.assert_allclose(c["search"], [0.2, 0.4])
+  np.testing.assert_allclose(c["empty_search"], [-0.15, 0.0])
+  np.testing.assert_allclose(c["overlong"], [0.0, -1.0])
+  np.testing.assert_allclose(c["total"], [1.0 - 0.4 - 0.3 + 0.2 - 0.15, 0.4 - 1.0])
+  off = rewards.reward_components([1.0, 0.0], eps, rewards.RewardConfig(shaping=False))
+  np.testing.assert_allclose(off["search"], [0, 0])
+  np.testing.assert_allclose(rewards.overlong_penalty(np.array([150, 200, 250, 251]), 250, 100, 1.0),
+                             [0.0, -0.5, -1.0, -1.0])
+  with pytest.raises(rewards.RewardError, match="outcomes"):
+    rewards.reward_components([1.0], eps, cfg)
+
+
+def _groups(outcomes_per_group, tag):
+  return [ds.Group(payload=(tag, i), outcomes=np.array(o, np.float32)) for i, o in enumerate(outcomes_per_group)]
+
+
+def test_dynamic_sampling_refills_until_full_and_drops_surplus():
+  rounds = iter([_groups([[1, 1], [0, 1], [0, 0]], "r0"), _groups([[1, 0], [1, 1], [0, 1]], "r1")])
+  batcher = ds.DynamicBatcher(ds.DynamicSamplingConfig(max_rounds=5), batch_groups=2)
+  batch, stats = batcher.fill(lambda: next(rounds))
+  assert [g.payload for g in batch] == [("r0", 1), ("r1", 0)]
+  assert stats["ds/rounds"] == 2 and stats["ds/generated_groups"] == 6 and stats["ds/kept_groups"] == 3
+  assert stats["ds/dropped_groups"] == 1 and stats["ds/hit_cap"] == 0 and stats["ds/stale_groups"] == 0
+  # no stale carry-over: the surplus ("r1", 2) never appears in the next batch
+  nxt = iter([_groups([[0, 1], [1, 0]], "r2")])
+  batch2, stats2 = batcher.fill(lambda: next(nxt))
+  assert [g.payload for g in batch2] == [("r2", 0), ("r2", 1)] and stats2["ds/stale_groups"] == 0
+
+
+def test_dynamic_sampling_cap_returns_partial_batch():
+  batcher = ds.DynamicBatcher(ds.DynamicSamplingConfig(max_rounds=3), batch_groups=4)
+  calls = []
+  batch, stats = batcher.fill(lambda: calls.append(1) or _groups([[1, 1], [0, 1]], "r"))
+  assert len(calls) == 3 and len(batch) == 3 and stats["ds/hit_cap"] == 1
+
+
+def test_dynamic_sampling_carry_over_when_configured_and_disabled_filter():
+  batcher = ds.DynamicBatcher(ds.DynamicSamplingConfig(carry_over=True), batch_groups=1)
+  batch, _ = batcher.fill(lambda: _groups([[0, 1], [1, 0]], "a"))
+  assert batch[0].payload == ("a", 0)
+  batch, stats = batcher.fill(lambda: pytest.fail("buffer should satisfy the batch"))
+  assert batch[0].payload == ("a", 1) and stats["ds/stale_groups"] == 1 and stats["ds/rounds"] == 0
+  off = ds.DynamicBatcher(ds.DynamicSamplingConfig(enabled=False), batch_groups=2)
+  batch, _ = off.fill(lambda: _groups([[1, 1], [0, 0]], "b"))
+  assert len(batch) == 2
+  assert ds.is_informative(np.array([1.0])) and not ds.is_informative(np.array([0.0, 0.0]))
+  with pytest.raises(ds.DynamicSamplingError):
+    ds.DynamicSamplingConfig(max_rounds=0)

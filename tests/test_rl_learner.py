@@ -1,0 +1,169 @@
+"""Chunked log-probs, the learner step (accumulation, sharding, non-finite skip) and exact resume."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from m3jax import checkpoint, parallel
+from m3jax.models.decoder import Decoder, DecoderConfig
+from m3jax.rl import learner as learner_lib
+from m3jax.rl import logprobs
+
+CFG = DecoderConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
+                    num_kv_heads=2, head_dim=8, qk_norm=True, tie_embeddings=True)
+N, T = 8, 16
+
+
+def _model(seed=0):
+  return Decoder(CFG, rngs=nnx.Rngs(seed))
+
+
+def _batch(seed=0):
+  rng = np.random.default_rng(seed)
+  tokens = rng.integers(1, CFG.vocab_size, (N, T)).astype(np.int32)
+  lengths = rng.integers(10, T + 1, N).astype(np.int32)
+  lengths[0] = T
+  pos = np.arange(T)[None, :]
+  mask = ((pos >= 6) & (pos < lengths[:, None])).astype(np.float32)
+  mask[3, 8:10] = 0.0  # a hole (a tool result between two turns)
+  adv = rng.normal(size=(N, 1)).astype(np.float32) * mask
+  return {"tokens": tokens, "lengths": lengths, "mask": mask, "advantages": adv}
+
+
+def test_chunked_logprobs_match_full_softmax_values_and_gradients():
+  model = _model()
+  toks = jnp.asarray(_batch()["tokens"])
+  h, _ = model.hidden(toks)
+  w = model.lm_head_weight()
+
+  @jax.jit
+  def both(h, w):
+    full = lambda h, w: jax.nn.log_softmax(jnp.einsum("btd,dv->btv", h, w) / 0.6)[:, :-1]
+    chunked = lambda h, w: logprobs.sequence_logprobs(h, w, toks, temperature=0.6, seq_chunk=5,
+                                                      vocab_chunk=64)  # both dimensions padded
+    f_full = lambda h, w: jnp.take_along_axis(full(h, w), toks[:, 1:, None], -1)[..., 0]
+    ref = full(h, w)
+    return (chunked(h, w), (f_full(h, w), -(jnp.exp(ref) * ref).sum(-1)),
+            jax.grad(lambda h, w: chunked(h, w)[0].sum(), (0, 1))(h, w),
+            jax.grad(lambda h, w: f_full(h, w).sum(), (0, 1))(h, w))
+
+  (lp, ent), (ref_lp, ref_ent), g_chunk, g_full = both(h, w)
+  np.testing.assert_allclose(lp[:, 1:], ref_lp, atol=1e-5)
+  np.testing.assert_allclose(ent[:, 1:], ref_ent, atol=1e-4)
+  assert np.all(np.asarray(lp[:, 0]) == 0)
+  for a, b in zip(g_chunk, g_full):
+    np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_chunks_without_trained_tokens_are_skipped_but_used_values_and_gradients_are_exact():
+  model = _model()
+  toks = jnp.asarray(_batch()["tokens"])
+  h, _ = model.hidden(toks)
+  w = model.lm_head_weight()
+  mask = jnp.zeros(toks.shape).at[:, 9:13].set(1.0)  # h positions 8..11 are needed: chunks [4, 8) and [12, 16) idle
+
+  @jax.jit
+  def both(h, w):
+    f = lambda h, w, m: logprobs.sequence_logprobs(h, w, toks, m, seq_chunk=4, vocab_chunk=128)
+    return f(h, w, mask), jax.grad(lambda h, w: (f(h, w, mask)[0] * mask).sum(), (0, 1))(h, w), \
+        f(h, w, None), jax.grad(lambda h, w: (f(h, w, None)[0] * mask).sum(), (0, 1))(h, w)
+
+  (lp, ent), g, (lp_all, ent_all), g_all = both(h, w)
+  m = np.asarray(mask) > 0
+  np.testing.assert_allclose(np.asarray(lp)[m], np.asarray(lp_all)[m], atol=1e-6)
+  np.testing.assert_allclose(np.asarray(ent)[m], np.asarray(ent_all)[m], atol=1e-6)
+  assert np.all(np.asarray(lp)[:, 5:9] == 0) and np.all(np.asarray(lp)[:, 13:] == 0)  # skipped chunks
+  for a, b in zip(g, g_all):
+    np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def _learner(cfg, seed=0, mesh=None):
+  model = _model(seed)
+  return learner_lib.Learner(model, cfg, mesh=mesh), model
+
+
+LCFG = learner_lib.LearnerConfig(optim=learner_lib.OptimConfig(lr=1e-2, weight_decay=0.0), mini_batches=2,
+                                 micro_batch=2, seq_chunk=8, vocab_chunk=128)
+
+
+@pytest.fixture(scope="module")
+def reference_run():
+  """Two rollout batches through one unsharded learner with 2 accumulation steps per mini-batch."""
+  lrn, model = _learner(LCFG)
+  batch = _batch()
+  batch["old_logp"], _ = lrn.logprobs(batch)
+  hist = lrn.update(batch, seed=1)
+  return {"batch": batch, "hist": hist, "params": jax.device_get(lrn.params), "model": model}
+
+
+def test_update_writes_into_the_model_and_moves_the_ratio(reference_run):
+  hist, model = reference_run["hist"], reference_run["model"]
+  assert len(hist) == 2 and all(h["skipped"] == 0 for h in hist)
+  assert abs(hist[0]["ratio"] - 1.0) < 1e-5 and abs(hist[1]["ratio"] - 1.0) > 1e-4  # second step is off-policy
+  leaves = jax.tree.leaves(nnx.state(model, nnx.Param))
+  assert all(np.array_equal(a, b) for a, b in zip(leaves, jax.tree.leaves(reference_run["params"])))
+
+
+def test_sharded_single_micro_batch_equals_unsharded_accumulation_on_8_devices(reference_run):
+  """data=2 × fsdp=2 × tensor=2, one 4-row micro-batch per step vs one device, two 2-row micro-batches."""
+  mesh = parallel.make_mesh(2, 2, 2)
+  cfg = learner_lib.LearnerConfig(optim=LCFG.optim, mini_batches=2, micro_batch=4, seq_chunk=8, vocab_chunk=128)
+  lrn, _ = _learner(cfg, mesh=mesh)
+  assert len(lrn.params["wq"].get_value().sharding.device_set) == 8
+  hist = lrn.update(dict(reference_run["batch"]), seed=1)
+  for h, r in zip(hist, reference_run["hist"]):
+    np.testing.assert_allclose(h["loss"], r["loss"], rtol=1e-4, atol=1e-6)
+  for a, b in zip(jax.tree.leaves(jax.device_get(lrn.params)), jax.tree.leaves(reference_run["params"])):
+    np.testing.assert_allclose(a, b, atol=1e-4)
+
+
+def test_non_finite_step_is_skipped_and_counted(reference_run):
+  lrn, model = _learner(LCFG)
+  before = jax.device_get(lrn.params)
+  batch = dict(reference_run["batch"])
+  batch["old_logp"] = batch["old_logp"].copy()
+  batch["old_logp"][:, 7] = np.nan  # a generated position of every row: both optimizer steps are non-finite
+  hist = lrn.update(batch, seed=0)
+  assert [h["skipped"] for h in hist] == [1.0, 1.0] and lrn.skipped_steps == 2
+  for a, b in zip(jax.tree.leaves(jax.device_get(lrn.params)), jax.tree.leaves(before)):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_kill_and_resume_gives_identical_next_step(tmp_path, reference_run):
+  batch = reference_run["batch"]
+  lrn, _ = _learner(LCFG)
+  lrn.update(dict(batch), seed=1)
+  ckpt = checkpoint.Checkpointer(tmp_path / "ckpt")
+  ckpt.save(lrn.step, lrn.state(), {"data": {"next_index": 5}})
+  want = lrn.update(dict(batch), seed=2)
+  del lrn  # "kill": a fresh process state from a different initialisation
+  fresh, _ = _learner(LCFG, seed=7)
+  state, meta = checkpoint.Checkpointer(tmp_path / "ckpt").restore(fresh.state())
+  fresh.restore(state)
+  assert meta == {"data": {"next_index": 5}} and fresh.step == 2
+  got = fresh.update(dict(batch), seed=2)
+  assert [h["loss"] for h in got] == [h["loss"] for h in want]
+
+
+def test_bad_batches_are_rejected():
+  lrn, _ = _learner(LCFG)
+  b = _batch()
+  with pytest.raises(learner_lib.LearnerConfigError, match="old_logp"):
+    lrn.update(b, seed=0)
+  b["old_logp"] = np.zeros((N, T - 1), np.float32)
+  with pytest.raises(learner_lib.LearnerConfigError, match="shape"):
+    lrn.update(b, seed=0)
+  with pytest.raises(learner_lib.LearnerConfigError, match="ref_model"):
+    learner_lib.Learner(_model(), learner_lib.LearnerConfig(loss=learner_lib.losses.LossConfig(kl_coef=0.1)))
+
+
+@pytest.mark.parametrize("loop,remat", [("unroll", True), ("scan", False)])
+def test_training_forward_matches_decoder_hidden(loop, remat):
+  model = _model()
+  b = _batch()
+  toks, lens = jnp.asarray(b["tokens"]), jnp.asarray(b["lengths"])
+  ref, _ = model.hidden(toks, chunk_len=lens)
+  got = jax.jit(lambda t, l: model.hidden(t, chunk_len=l, layer_loop=loop, remat=remat)[0])(toks, lens)
+  np.testing.assert_allclose(got, ref, atol=1e-5)
