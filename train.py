@@ -1,6 +1,7 @@
 """Training entry point: `python train.py <program> --config configs/NAME.py [--set key=value ...]`.
 
   python train.py rl --config configs/rl_tiny.py       # DAPO on the controller's trajectories (m3jax.rl)
+  python train.py sft --config configs/sft_tiny.py     # SFT of the Omni memorization model (m3jax.sft)
 """
 
 from __future__ import annotations
@@ -19,8 +20,16 @@ def _rl(args) -> dict:
   return main(cfg)
 
 
+def _sft(args) -> dict:
+  from m3jax.sft.run import SFTConfig, main
+  cfg = load_config(args.config, args.overrides) if args.config else apply_overrides(SFTConfig(), args.overrides)
+  history = main(cfg)
+  return history[-1] if history else {}
+
+
 PROGRAMS: dict[str, tuple[str, Callable]] = {
     "rl": ("DAPO on the multi-turn control policy's own trajectories", _rl),
+    "sft": ("supervised fine-tuning of the Qwen2.5-Omni thinker on clip -> memory examples", _sft),
 }
 
 
