@@ -1,0 +1,136 @@
+"""Answering a batch of questions over many spaces: through the control agent, or retrieval-only.
+
+`retrieval` mode (no LLM configured) runs each question once through the space's search tool and returns
+the retrieved memories with `answer = None` and `mode = "retrieval_only"`: it is not an answer, and the API
+says so. `controller` mode runs `m3jax.agent.control.Controller` with the LLM policy over all the batch's
+spaces at once (one policy batch per round, one search call per round), returning its answer and trajectory.
+Either way every space is searched under its lock, so a concurrent clip insert is never seen half-done.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+from typing import Callable, Sequence
+
+import numpy as np
+
+from m3jax.memory.search import SearchRequest, SearchResult
+from m3jax.serve.spaces import Space
+
+
+@dataclasses.dataclass(frozen=True)
+class AskItem:
+  space: Space
+  question: str
+  before_clip: int | None = None
+
+
+class SharedEmbedCache:
+  """One embedder front for every space's searcher: a batch's questions are embedded in one call."""
+
+  def __init__(self, embed_fn: Callable[[Sequence[str]], np.ndarray], capacity: int = 65536):
+    self.embed_fn, self.capacity = embed_fn, capacity
+    self._cache: dict[str, np.ndarray] = {}
+    self._lock = threading.Lock()               # request threads and the batcher embed concurrently
+
+  def prefetch(self, texts: Sequence[str]) -> None:
+    self(texts)
+
+  def __call__(self, texts: Sequence[str]) -> np.ndarray:
+    with self._lock:
+      todo = list(dict.fromkeys(t for t in texts if t not in self._cache))
+      if todo:
+        emb = np.asarray(self.embed_fn(todo), np.float32)
+        if len(self._cache) + len(todo) > self.capacity:
+          self._cache.clear()
+        self._cache.update(zip(todo, emb))
+      rows = [self._cache[t] for t in texts]
+    return np.stack(rows) if rows else np.zeros((0, 0), np.float32)
+
+
+class SpacesSearcher:
+  """The controller's `Searcher` over the spaces of one batch: graph_index i is `spaces[i]`; the requests of
+  each space go to its own searcher in one call, under its lock."""
+
+  def __init__(self, spaces: Sequence[Space]):
+    self.spaces = list(spaces)
+
+  def search(self, requests: list[SearchRequest]) -> list[SearchResult]:
+    by_space: dict[int, list[int]] = collections.defaultdict(list)
+    for i, r in enumerate(requests):
+      by_space[r.graph_index].append(i)
+    out: list[SearchResult | None] = [None] * len(requests)
+    for gi, rows in by_space.items():
+      space = self.spaces[gi]
+      with space.lock:
+        found = space.searcher.search([dataclasses.replace(requests[i], graph_index=0) for i in rows])
+      for i, res in zip(rows, found):
+        out[i] = res
+    return out
+
+
+def _group(items: Sequence[AskItem]) -> tuple[list[Space], list[int]]:
+  spaces: list[Space] = []
+  index: dict[str, int] = {}
+  where = []
+  for it in items:
+    if it.space.id not in index:
+      index[it.space.id] = len(spaces)
+      spaces.append(it.space)
+    where.append(index[it.space.id])
+  return spaces, where
+
+
+class RetrievalAnswerer:
+  """One clip-route search per question; the memories are returned as they are (no generated answer)."""
+
+  def __init__(self, cache: SharedEmbedCache):
+    self.cache = cache
+
+  def __call__(self, items: Sequence[AskItem]) -> list[dict | Exception]:
+    self.cache.prefetch([it.question for it in items])
+    spaces, where = _group(items)
+    requests = [SearchRequest(graph_index=gi, query=it.question, route="clip", before_clip=it.before_clip)
+                for it, gi in zip(items, where)]
+    results = SpacesSearcher(spaces).search(requests)
+    return [{"mode": "retrieval_only", "answer": None,
+             "note": "no control agent configured: these are the retrieved memories, not an answer",
+             "trajectory": [{"round": 0, "action": "search", "query": it.question, "route": "clip",
+                             "retrieved_clips": [int(c) for c in res.clips], "memories": res.memories}]}
+            for it, res in zip(items, results)]
+
+
+class ControllerAnswerer:
+  """The M3-Agent control loop (a policy + memory search) over the batch's spaces."""
+
+  def __init__(self, policy, max_rounds: int):
+    from m3jax.agent.control import ControlConfig
+    self.policy = policy
+    self.control_config = ControlConfig(max_rounds=max_rounds)
+
+  @classmethod
+  def from_llm(cls, llm: str, max_new_tokens: int, max_rounds: int, seed: int = 0) -> "ControllerAnswerer":
+    """With the LLM policy (`m3jax.models.llm.load_llm` name or path) and the reference's control sampling."""
+    from m3jax.agent.policy import LLMPolicy
+    from m3jax.models.llm import load_llm
+    from m3jax.models.sampling import Sampler, SamplingConfig
+
+    model, tokenizer = load_llm(llm)
+    stop = tuple(tokenizer.encode("<|im_end|>", add_special_tokens=False)[:1])
+    sampling = SamplingConfig(max_new_tokens=max_new_tokens, temperature=0.6, top_p=0.95, top_k=20,
+                              stop_token_ids=stop, seed=seed)
+    return cls(LLMPolicy(Sampler(model, sampling, tokenizer), tokenizer, sampling), max_rounds)
+
+  def __call__(self, items: Sequence[AskItem]) -> list[dict | Exception]:
+    from m3jax.agent.control import Controller, Question
+    spaces, where = _group(items)
+    questions = [Question(question_id=str(i), question=it.question, answer="", graph_index=gi,
+                          graph_key=it.space.id, before_clip=it.before_clip) for i, (it, gi) in
+                 enumerate(zip(items, where))]
+    trajs = Controller(self.policy, SpacesSearcher(spaces), self.control_config).run(questions)
+    return [{"mode": "controller", "answer": t.response,
+             "trajectory": [{"round": i, "action": r.action, "query": r.content, "route": r.route,
+                             "retrieved_clips": list(r.retrieved_clips), "result": r.result_text}
+                            for i, r in enumerate(t.rounds)]} for t in trajs]

@@ -1,0 +1,298 @@
+"""The memory service's HTTP API (FastAPI app factory; OpenAPI docs at /docs).
+
+Every /v1 route needs an API key (`Authorization: Bearer KEY` or `X-API-Key: KEY`) and sees only its tenant's
+spaces. Errors are JSON `{"error": message}` with a 4xx status naming the problem: 400 malformed JSON, 401 bad
+key, 404 unknown space/job/clip/node, 409 conflicts, 413 too large, 422 invalid fields or unusable media.
+"""
+
+
+import asyncio
+import contextlib
+import logging
+import pathlib
+import time
+import uuid
+from typing import Annotated
+
+from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
+from pydantic import BaseModel, Field, model_validator
+
+from m3jax.memory.graph import FACE, REFERENCE_TYPE, VOICE
+from m3jax.memory.search import SearchError
+from m3jax.serve.answering import AskItem, ControllerAnswerer, RetrievalAnswerer, SharedEmbedCache
+from m3jax.serve.auth import KeyRing
+from m3jax.serve.batching import Batcher
+from m3jax.serve.config import ServeConfig
+from m3jax.serve.jobs import JobRunner
+from m3jax.serve.limits import BodyLimit, Metrics
+from m3jax.serve.spaces import Space, SpaceError, SpaceStore
+
+log = logging.getLogger("m3jax.serve")
+VIEWER = pathlib.Path(__file__).with_name("viewer.html")
+VIDEO_SUFFIXES = (".mp4", ".mkv", ".webm", ".mov", ".avi")
+
+
+class SpaceIn(BaseModel):
+  name: str = Field(min_length=1, max_length=64)
+  kind: str = "clips"
+
+
+class ClipIn(BaseModel):
+  clip_id: int | None = Field(default=None, ge=0)
+  episodic: list[str] = Field(default_factory=list)
+  semantic: list[str] = Field(default_factory=list)
+
+
+class Question(BaseModel):
+  question: str = Field(min_length=1, max_length=4000)
+  before_clip: int | None = Field(default=None, ge=0)
+
+
+class AskIn(BaseModel):
+  """Either one `question` (with optional `before_clip`) or a batch in `questions`."""
+  question: str | None = Field(default=None, min_length=1, max_length=4000)
+  before_clip: int | None = Field(default=None, ge=0)
+  questions: list[Question] | None = None
+
+  @model_validator(mode="after")
+  def _one_form(self):
+    if (self.question is None) == (self.questions is None):
+      raise ValueError("give either `question` or `questions`")
+    if self.questions is not None and not self.questions:
+      raise ValueError("`questions` is empty")
+    return self
+
+
+class IngestIn(BaseModel):
+  path: str = Field(min_length=1, max_length=1024)
+
+
+def _embedder(config: ServeConfig):
+  if config.embedder == "minilm":
+    from m3jax.models.bert import TextEmbedder
+    return TextEmbedder.from_pretrained()
+  from m3jax.memory.fixture_embedder import HashedBowEmbedder
+  if config.embedder == "hashed":
+    return HashedBowEmbedder(stopwords=(), negations=(), dim=config.graph.text_dim)
+  return HashedBowEmbedder.from_json(config.embedder)
+
+
+def _error(status: int, message: str, **extra) -> JSONResponse:
+  return JSONResponse({"error": message, **extra}, status_code=status)
+
+
+def create_app(config: ServeConfig, keys: KeyRing | None = None) -> FastAPI:
+  """The app; `keys` defaults to the configured key file and environment variable."""
+  keys = keys if keys is not None else KeyRing.load(config.keys_file, config.keys_env)
+  if not len(keys):
+    raise ValueError("no API keys configured: create one with `python serve.py --config ... add-key TENANT`")
+  cache = SharedEmbedCache(_embedder(config))
+  store = SpaceStore(config.data_dir, config.graph, config.search, cache, config.snapshot_every)
+  answer = (ControllerAnswerer.from_llm(config.llm, config.max_new_tokens, config.max_rounds)
+            if config.answerer == "controller" else RetrievalAnswerer(cache))
+  batcher = Batcher(answer, config.max_batch, config.max_wait_ms / 1000)
+  jobs = JobRunner(store, batcher, config.job_yield_ms / 1000)
+  metrics = Metrics()
+  allowed = [pathlib.Path(d).resolve() for d in config.allowed_dirs]
+
+  @contextlib.asynccontextmanager
+  async def lifespan(_app: FastAPI):
+    yield
+    jobs.close()
+    batcher.close()
+    store.snapshot_all()
+    store.close()
+
+  app = FastAPI(title="m3jax memory service", version="1", lifespan=lifespan)
+  app.state.store, app.state.batcher, app.state.jobs, app.state.config = store, batcher, jobs, config
+  app.add_middleware(BodyLimit, json_limit=config.max_body_kb * 1024, metrics=metrics)
+
+  @app.exception_handler(SpaceError)
+  async def _space_error(_req, e: SpaceError):
+    return _error(e.status, str(e))
+
+  @app.exception_handler(SearchError)
+  async def _search_error(_req, e: SearchError):
+    return _error(422, str(e))
+
+  @app.exception_handler(RequestValidationError)
+  async def _validation(_req, e: RequestValidationError):
+    errors = [{"loc": list(err.get("loc", ())), "msg": err.get("msg", ""), "type": err.get("type", "")}
+              for err in e.errors()]
+    if any(err["type"] == "json_invalid" for err in errors):
+      return _error(400, "malformed JSON body", detail=errors)
+    if any(err["loc"] == ["body"] and err["type"] == "model_attributes_type" for err in errors):
+      return _error(400, "the body must be a JSON object (send Content-Type: application/json)", detail=errors)
+    where = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in errors)
+    return _error(422, f"invalid request: {where}", detail=errors)
+
+  @app.exception_handler(Exception)
+  async def _internal(_req, e: Exception):
+    log.exception("internal error")
+    return _error(500, f"internal error ({type(e).__name__})")
+
+  # Dependencies are async (no thread-pool hop per request); a space's first load runs in a worker thread.
+  async def tenant(authorization: Annotated[str | None, Header()] = None,
+                   x_api_key: Annotated[str | None, Header()] = None) -> str:
+    key = x_api_key or (authorization[7:] if authorization and authorization.startswith("Bearer ") else None)
+    who = keys.tenant_of(key)
+    if who is None:
+      raise SpaceError("missing or invalid API key", 401)
+    return who
+
+  Tenant = Annotated[str, Depends(tenant)]
+
+  async def space_of(space_id: str, who: Tenant) -> Space:
+    loaded = store.loaded(space_id)
+    if loaded is not None:
+      if loaded.tenant != who:
+        raise SpaceError(f"unknown space {space_id!r}", 404)
+      return loaded
+    return await asyncio.to_thread(store.get, who, space_id)
+
+  SpaceDep = Annotated[Space, Depends(space_of)]
+
+  # ------------------------------------------------------------------------------------------- service
+  @app.get("/healthz")
+  def healthz() -> dict:
+    return {"status": "ok", "spaces_loaded": store.num_loaded, "pending_questions": batcher.pending}
+
+  @app.get("/metrics", response_class=PlainTextResponse)
+  def metrics_text() -> str:
+    return metrics.render(batcher)
+
+  @app.get("/", include_in_schema=False)
+  def viewer() -> FileResponse:
+    return FileResponse(VIEWER, media_type="text/html")
+
+  # -------------------------------------------------------------------------------------------- spaces
+  @app.post("/v1/spaces", status_code=201)
+  def create_space(body: SpaceIn, who: Tenant) -> dict:
+    return store.create(who, body.name, body.kind).summary()
+
+  @app.get("/v1/spaces")
+  def list_spaces(who: Tenant) -> dict:
+    return {"spaces": [s.summary() for s in store.list(who)]}
+
+  @app.get("/v1/spaces/{space_id}")
+  def get_space(space: SpaceDep) -> dict:
+    return space.summary()
+
+  @app.delete("/v1/spaces/{space_id}", status_code=204)
+  def delete_space(space: SpaceDep) -> Response:
+    store.delete(space.tenant, space.id)
+    return Response(status_code=204)
+
+  @app.post("/v1/spaces/{space_id}/clips", status_code=201)
+  def add_clip(body: ClipIn, space: SpaceDep) -> dict:
+    if len(body.episodic) + len(body.semantic) > config.max_memories_per_clip:
+      raise SpaceError(f"at most {config.max_memories_per_clip} memories per clip", 413)
+    return store.add_clip(space, body.episodic, body.semantic, body.clip_id)
+
+  # ------------------------------------------------------------------------------------------------ ask
+  @app.post("/v1/spaces/{space_id}/ask")
+  async def ask(body: AskIn, space: SpaceDep) -> dict:
+    qs = [Question(question=body.question, before_clip=body.before_clip)] if body.questions is None else \
+        body.questions
+    if len(qs) > config.max_questions_per_request:
+      raise SpaceError(f"at most {config.max_questions_per_request} questions per request", 413)
+    start = time.perf_counter()
+    futures = batcher.submit([AskItem(space, q.question, q.before_clip) for q in qs])
+    answers = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
+    metrics.observe_ask(len(qs), time.perf_counter() - start)
+    out = [{"question": q.question, "before_clip": q.before_clip, **a} for q, a in zip(qs, answers)]
+    return out[0] if body.questions is None else {"answers": out}
+
+  # ------------------------------------------------------------------------------------------------ read
+  @app.get("/v1/spaces/{space_id}/characters")
+  def characters(space: SpaceDep, before_clip: Annotated[int | None, Query(ge=0)] = None) -> dict:
+    with space.lock:
+      g = space.graph
+      chars = g.characters(before_clip)
+      out = {}
+      for name, members in chars.mappings.items():
+        ids = [int(m.split("_")[1]) for m in members]
+        out[name] = {"faces": [i for i in ids if g.kind(i) == FACE], "voices": [i for i in ids if g.kind(i) == VOICE],
+                     "transcripts": [t for i in ids if g.kind(i) == VOICE for t in g.contents[i][:5]]}
+      return {"characters": out}
+
+  @app.get("/v1/spaces/{space_id}/clips/{clip_id}")
+  def clip(space: SpaceDep, clip_id: int) -> dict:
+    with space.lock:
+      g = space.graph
+      if clip_id not in g.clip_texts:
+        raise SpaceError(f"space {space.id} has no clip {clip_id}", 404)
+      slots = g.clip_memories(clip_id, g.next_node_id)
+      mems = [{"node": int(g.text_node.data[s]), "kind": REFERENCE_TYPE[g.kind(int(g.text_node.data[s]))],
+               "text": g.text_of(s)} for s in slots]
+      return {"clip_id": clip_id, "memories": mems}
+
+  @app.get("/v1/spaces/{space_id}/nodes/{node_id}")
+  def node(space: SpaceDep, node_id: int) -> dict:
+    with space.lock:
+      g = space.graph
+      if not 0 <= node_id < g.next_node_id or g.kind(node_id) == 0:
+        raise SpaceError(f"space {space.id} has no node {node_id}", 404)
+      kind = g.kind(node_id)
+      item = {"id": node_id, "type": REFERENCE_TYPE[kind], "contents": g.contents[node_id][:20]}
+      if kind not in (FACE, VOICE):
+        item["clip"] = int(g.node_clip.data[node_id])
+      return item
+
+  @app.get("/v1/spaces/{space_id}/graph")
+  def graph(space: SpaceDep, before_clip: Annotated[int | None, Query(ge=0)] = None) -> dict:
+    with space.lock:
+      return space.graph.to_json(before_clip)
+
+  # ---------------------------------------------------------------------------------------------- ingest
+  @app.put("/v1/spaces/{space_id}/videos", status_code=202)
+  async def upload_video(request: Request, space: SpaceDep, filename: Annotated[str, Query(max_length=128)]) -> dict:
+    suffix = pathlib.PurePath(filename).suffix.lower()
+    if suffix not in VIDEO_SUFFIXES:
+      raise SpaceError(f"filename must end with one of {VIDEO_SUFFIXES}", 422)
+    limit = int(config.max_upload_mb * 2**20)
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+      raise SpaceError(f"upload of {declared} bytes exceeds the {config.max_upload_mb} MiB limit", 413)
+    uploads = store.space_dir(space.id) / "uploads"
+    uploads.mkdir(parents=True, exist_ok=True)
+    target = uploads / f"{uuid.uuid4().hex}{suffix}"      # never a client-chosen path
+    size = 0
+    try:
+      with open(target, "wb") as f:
+        async for chunk in request.stream():
+          size += len(chunk)
+          if size > limit:
+            raise SpaceError(f"upload exceeds the {config.max_upload_mb} MiB limit", 413)
+          f.write(chunk)
+      if size == 0:
+        raise SpaceError("empty upload", 422)
+      return {"job_id": await asyncio.to_thread(jobs.submit, space.tenant, space, target)}
+    except BaseException:
+      target.unlink(missing_ok=True)
+      raise
+
+  @app.post("/v1/spaces/{space_id}/ingest", status_code=202)
+  def ingest_local(body: IngestIn, space: SpaceDep) -> dict:
+    if not allowed:
+      raise SpaceError("ingesting local files is disabled (no allowed_dirs configured)", 403)
+    candidate = pathlib.Path(body.path)
+    if candidate.is_absolute() or ".." in candidate.parts or "\x00" in body.path:
+      raise SpaceError("path must be relative to an allowed directory, without '..'", 422)
+    for root in allowed:
+      try:
+        full = (root / candidate).resolve()
+        found = full.is_relative_to(root) and full.is_file()
+      except OSError as e:                       # a name too long, a loop of links, ...
+        raise SpaceError(f"unusable path {body.path[:80]!r}: {e.strerror}", 422) from None
+      if found:
+        return {"job_id": jobs.submit(space.tenant, space, full)}
+    raise SpaceError(f"no file {body.path!r} under the allowed directories", 404)
+
+  @app.get("/v1/jobs/{job_id}")
+  def job(job_id: str, who: Tenant) -> dict:
+    return store.job_get(who, job_id)
+
+  return app

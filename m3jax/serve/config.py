@@ -1,0 +1,48 @@
+"""Settings of the memory service (`python serve.py --config configs/serve.py --set port=9000`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from m3jax.memory.graph import GraphConfig
+from m3jax.memory.search import SearchConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class ServeConfig:
+  host: str = "127.0.0.1"
+  port: int = 8765
+  data_dir: str = "serve_data"            # spaces, SQLite metadata, uploads
+  keys_file: str = ""                     # lines `tenant:sha256hex` (written by `serve.py add-key`)
+  keys_env: str = "M3JAX_SERVE_KEYS"      # same format, comma separated; merged with the file
+  embedder: str = "minilm"                # minilm | hashed (bag-of-words; tests) | a fixture `*.embedder.json`
+  answerer: Literal["retrieval", "controller"] = "retrieval"   # controller = the LLM control agent (llm below)
+  llm: str = "smollm2-135m-instruct"
+  max_new_tokens: int = 192
+  max_rounds: int = 5
+  max_batch: int = 64                     # questions per answering batch
+  max_wait_ms: float = 5.0                # how long the first queued question waits for company
+  max_questions_per_request: int = 256
+  max_upload_mb: float = 512.0
+  max_body_kb: int = 1024                 # JSON bodies
+  max_memories_per_clip: int = 512
+  allowed_dirs: tuple[str, ...] = ()      # local videos may be ingested only from under these directories
+  snapshot_every: int = 64                # clips between graph snapshots (the SQLite clip log covers the rest)
+  job_yield_ms: float = 200.0             # an ingest job waits up to this long for queued questions to drain
+  graph: GraphConfig = GraphConfig(text_dim=384, mode="paper")
+  search: SearchConfig = SearchConfig(clip_topk=2, node_topk=20, threshold=0.5, backend="exact")
+
+  def __post_init__(self):
+    if not 0 < self.port < 65536:
+      raise ValueError(f"ServeConfig.port must be in 1..65535, got {self.port}")
+    if self.embedder not in ("minilm", "hashed") and not self.embedder.endswith(".embedder.json"):
+      raise ValueError(f"ServeConfig.embedder must be minilm, hashed or a *.embedder.json, got {self.embedder!r}")
+    if self.answerer not in ("retrieval", "controller"):
+      raise ValueError(f"ServeConfig.answerer must be retrieval/controller, got {self.answerer!r}")
+    if self.max_batch < 1 or self.max_wait_ms < 0 or self.max_questions_per_request < 1:
+      raise ValueError("ServeConfig.max_batch/max_questions_per_request must be >= 1 and max_wait_ms >= 0")
+    if self.max_upload_mb <= 0 or self.max_body_kb <= 0 or self.snapshot_every < 1:
+      raise ValueError("ServeConfig.max_upload_mb/max_body_kb/snapshot_every must be positive")
+    if self.embedder == "minilm" and self.graph.text_dim != 384:
+      raise ValueError(f"the minilm embedder gives 384-d vectors; graph.text_dim is {self.graph.text_dim}")
