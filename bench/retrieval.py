@@ -30,7 +30,7 @@ from m3jax.memory.graph import EPISODIC, FACE, FLAG_SEMANTIC, SEMANTIC
 from m3jax.memory.index import ScannIndex
 from m3jax.memory.store import from_columns
 
-FIX = pathlib.Path("/work/shared/fixtures/official_graphs")
+FIX = pathlib.Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "official_graphs"
 
 
 def questions(n: int) -> list[dict]:

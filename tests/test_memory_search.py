@@ -11,7 +11,7 @@ from m3jax.memory import reference_search as rs
 from m3jax.memory.fixture_embedder import HashedBowEmbedder
 from m3jax.memory.index import ExactIndex, ScannIndex, attach_scann
 
-FIX = pathlib.Path("/work/shared/fixtures/official_graphs")
+FIX = pathlib.Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "official_graphs"
 EMPTY = "Searched knowledge: {}\n(The search result is empty. Please try searching from another perspective.)"
 
 

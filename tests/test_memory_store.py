@@ -16,7 +16,7 @@ from m3jax.memory.fixture_embedder import HashedBowEmbedder
 from m3jax.memory.reference_pickle import UnsafePickleError
 from m3jax.memory.store import GraphFormatError
 
-FIX = pathlib.Path("/work/shared/fixtures/official_graphs")
+FIX = pathlib.Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "official_graphs"
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +98,7 @@ _SCRIPT = """
 import json, numpy as np
 from m3jax.memory import GraphConfig, MemoryGraph, MemorySearcher, SearchRequest
 from m3jax.memory.fixture_embedder import HashedBowEmbedder
-F = "/work/shared/fixtures/official_graphs/"
+F = "{fixtures}/"
 emb = HashedBowEmbedder.from_json(F + "small.embedder.json")
 out = {}
 for mode in ("paper", "reference"):
@@ -115,7 +115,7 @@ print(json.dumps(out))
 
 
 def test_results_independent_of_pythonhashseed():
-  procs = [subprocess.Popen([sys.executable, "-c", _SCRIPT], env=dict(os.environ, PYTHONHASHSEED=seed,
+  procs = [subprocess.Popen([sys.executable, "-c", _SCRIPT.replace("{fixtures}", str(FIX))], env=dict(os.environ, PYTHONHASHSEED=seed,
                                                                       JAX_PLATFORMS="cpu"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for seed in ("0", "12345")]
   outs = []
