@@ -90,6 +90,8 @@ def _matmul_floor_step(model, batch: int, best) -> float:
   import jax
   import jax.numpy as jnp
 
+  from m3jax.models.decoder import dense
+
   names = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
   weights = {n: getattr(model, n)[...] for n in names}
   head = model.lm_head_weight()
@@ -97,13 +99,11 @@ def _matmul_floor_step(model, batch: int, best) -> float:
 
   @jax.jit
   def step(x, weights, head):
-    def layer(x, w):
-      q = jnp.einsum("bd,dhk->bhk", x, w["wq"])
-      k = jnp.einsum("bd,dhk->bhk", x, w["wk"])
-      v = jnp.einsum("bd,dhk->bhk", x, w["wv"])
-      o = jnp.einsum("bhk,hkd->bd", q, w["wo"])
-      h = jnp.einsum("bd,df->bf", o, w["w_gate"]) * jnp.einsum("bd,df->bf", o, w["w_up"])
-      return x + jnp.einsum("bf,fd->bd", h, w["w_down"]), (k, v)  # k, v are outputs so they are computed
+    def layer(x, w):  # the decoder's own 2-D matmuls (`dense`), nothing else
+      q, k, v = (dense(x, w[n], 1, jnp.float32) for n in ("wq", "wk", "wv"))
+      o = dense(q, w["wo"], 2, jnp.float32)
+      h = dense(o, w["w_gate"], 1, jnp.float32) * dense(o, w["w_up"], 1, jnp.float32)
+      return x + dense(h, w["w_down"], 1, jnp.float32), (k, v)  # k, v are outputs so they are computed
 
     x, kv = jax.lax.scan(layer, x, weights)
     return x @ head, kv

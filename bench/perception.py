@@ -189,6 +189,7 @@ def bench_whisper(transcriber, segments: list[np.ndarray], repeats: int) -> floa
     return [transcriber.decode_tokens(row.tolist()) for row in out]  # prompt ids are specials: dropped
 
   run_hf()
+  transcriber.transcribe(segments)  # warm-up: compile this batch's programs outside the timing, as for torch
   t_hf, hf_texts = best_time(run_hf, repeats)
   t_ours, texts = best_time(lambda: transcriber.transcribe(segments), repeats)
   same = sum(a == b for a, b in zip(texts, hf_texts))

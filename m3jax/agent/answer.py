@@ -51,20 +51,17 @@ class RuleAnswerer:
     return " ".join(cands[i] for i in order[:k])
 
   def _name_of(self, q: Question, tag: str) -> str | None:
-    r = self.names_searcher.search([SearchRequest(q.graph_index, f"What is the name of <{tag}>", "clip",
-                                                  q.before_clip)])[0]
-    pat = re.compile(rf"<{re.escape(tag)}>'s name is ([A-Z][a-z]+)")
-    for sentences in r.memories.values():
-      for s in sentences:
-        m = pat.search(s)
-        if m:
-          return m.group(1)
-    return None
+    return self._first_match(q, f"What is the name of <{tag}>", "clip",
+                             rf"<{re.escape(tag)}>'s name is ([A-Z][a-z]+)")
 
   def _id_of(self, q: Question, name: str) -> str | None:
-    r = self.names_searcher.search([SearchRequest(q.graph_index, f"What is the character id of {name}", "node",
-                                                  q.before_clip)])[0]
-    pat = re.compile(rf"<(character_\d+|face_\d+|voice_\d+)>'s name is {re.escape(name)}\b")
+    return self._first_match(q, f"What is the character id of {name}", "node",
+                             rf"<(character_\d+|face_\d+|voice_\d+)>'s name is {re.escape(name)}\b")
+
+  def _first_match(self, q: Question, query: str, route: str, pattern: str) -> str | None:
+    """The first group of `pattern` in the memories one search returns (name <-> id resolution)."""
+    r = self.names_searcher.search([SearchRequest(q.graph_index, query, route, q.before_clip)])[0]
+    pat = re.compile(pattern)
     for sentences in r.memories.values():
       for s in sentences:
         m = pat.search(s)

@@ -171,7 +171,21 @@ def _known_ids_only(sentences: list[str], clip: ClipObservation) -> list[str]:
   return [s for s in sentences if all((t, i) in known for t, i in parse_entities(s) if t in ("face", "voice"))]
 
 
-class LLMWriter:
+class FallbackState:
+  """Resumable state of a model-backed writer: its template fallback (equivalence votes) + failure count."""
+
+  fallback: TemplateWriter
+  failures: int
+
+  def state(self) -> dict[str, Any]:
+    return {"fallback": self.fallback.state(), "failures": self.failures}
+
+  def load_state(self, state: dict[str, Any]) -> None:
+    self.fallback.load_state(state.get("fallback", {}))
+    self.failures = int(state.get("failures", 0))
+
+
+class LLMWriter(FallbackState):
   """Text-LLM writer. `complete` maps a batch of conversations to replies (e.g. the m3jax Sampler behind a chat
   template); failed rows are re-asked up to `max_retries` times, then get the template memories."""
   name = "llm"
@@ -184,13 +198,6 @@ class LLMWriter:
     self.max_retries = max_retries
     self.fallback = fallback or TemplateWriter()
     self.failures = 0
-
-  def state(self) -> dict[str, Any]:
-    return {"fallback": self.fallback.state(), "failures": self.failures}
-
-  def load_state(self, state: dict[str, Any]) -> None:
-    self.fallback.load_state(state.get("fallback", {}))
-    self.failures = int(state.get("failures", 0))
 
   def write(self, clips: Sequence[ClipObservation]) -> list[ClipMemories]:
     template = self.fallback.write(clips)  # keeps the equivalence votes current

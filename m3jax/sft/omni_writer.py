@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from m3jax.agent.observations import ClipMemories, ClipObservation
-from m3jax.agent.writers import MEMORY_PROMPT, TemplateWriter, WriterOutputError, parse_writer_output
+from m3jax.agent.writers import MEMORY_PROMPT, FallbackState, TemplateWriter, WriterOutputError, parse_writer_output
 from m3jax.memory.tags import parse_entities
 from m3jax.models.omni.generate import generate
 from m3jax.models.omni.processor import ProcessorConfig
@@ -46,7 +46,7 @@ def clip_example(clip: ClipObservation, media: ClipMedia) -> MemoryExample:
   return MemoryExample(media.frames, media.audio, faces, voices)
 
 
-class OmniWriter:
+class OmniWriter(FallbackState):
   """Memories from the Omni thinker; `tokenizer` needs encode(text) and decode(ids)."""
   name = "omni"
 
@@ -61,13 +61,6 @@ class OmniWriter:
                                                length_buckets=tuple(2 ** k for k in range(8, 17)))
     self.fallback = fallback or TemplateWriter()
     self.failures = 0
-
-  def state(self) -> dict[str, Any]:
-    return {"fallback": self.fallback.state(), "failures": self.failures}
-
-  def load_state(self, state: dict[str, Any]) -> None:
-    self.fallback.load_state(state.get("fallback", {}))
-    self.failures = int(state.get("failures", 0))
 
   def replies(self, clips: Sequence[ClipObservation]) -> list[str]:
     """Raw generated text per clip, `batch` clips per generation call."""
