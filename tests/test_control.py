@@ -3,7 +3,6 @@
 import dataclasses
 import json
 import pathlib
-import re
 
 import numpy as np
 import pytest

@@ -2,7 +2,6 @@
 
 import copy
 import json
-import pathlib
 
 import jax
 import jax.numpy as jnp

@@ -16,7 +16,7 @@ import httpx
 
 from m3jax.data.episode_render import render_episode
 from m3jax.data.episodes import EpisodeConfig, make_episode
-from test_serve import ALICE, CLIPS
+from test_serve import CLIPS
 from test_serve_durability import KEY, _start
 
 HEADERS = {"X-API-Key": KEY}

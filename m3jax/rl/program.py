@@ -16,7 +16,6 @@ import time
 from typing import Any
 
 import grain
-import jax
 import numpy as np
 
 from m3jax import checkpoint

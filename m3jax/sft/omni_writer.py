@@ -10,7 +10,7 @@ model invents are dropped, and a clip whose reply never parses gets the template
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 

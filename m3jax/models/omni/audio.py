@@ -16,10 +16,9 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 from jaxtyping import Array, Float, Int
 
-from m3jax.models.omni.common import layer_norm
+from m3jax.models.omni.common import FlatParams, layer_norm
 
 
 @dataclass(frozen=True)
@@ -134,18 +133,11 @@ def sinusoids(length: int, channels: int, max_timescale: float = 10000.0) -> np.
   return np.concatenate([np.sin(t), np.cos(t)], axis=1).astype(np.float32)
 
 
-class AudioEncoder(nnx.Module):
+class AudioEncoder(FlatParams):
   """thinker.audio_tower: packed log-mels [mel, total_frames] + AudioPlan -> tokens [sum(out_lens), output_dim]."""
 
-  def __init__(self, cfg: AudioConfig, rngs: nnx.Rngs | None = None, params: Mapping[str, jax.Array] | None = None):
-    self.cfg = cfg
-    if params is None:
-      params = init_params(cfg, (rngs or nnx.Rngs(0)).params())
-    for name in _shapes(cfg):
-      setattr(self, name, nnx.Param(params[name]))
-
-  def params(self) -> dict[str, jax.Array]:
-    return {name: getattr(self, name)[...] for name in _shapes(self.cfg)}
+  _shapes = staticmethod(lambda cfg: _shapes(cfg))
+  _init = staticmethod(lambda cfg, key: init_params(cfg, key))
 
   def __call__(self, features: Float[Array, "M T"], plan: AudioPlan) -> Float[Array, "N O"]:
     return audio_forward(self.params(), self.cfg, features, jnp.asarray(plan.frame_index),

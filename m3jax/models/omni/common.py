@@ -8,10 +8,13 @@ videos fit in memory.
 
 from __future__ import annotations
 
+from typing import Callable, Mapping
+
 import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 from jaxtyping import Array, Float, Int
 
 
@@ -69,3 +72,21 @@ def segment_attention(q: Float[Array, "N H K"], k: Float[Array, "N H K"], v: Flo
   out = jnp.einsum("shlm,smhk->slhk", probs, vs)
   s, l = index.shape
   return out.reshape(s * l, *out.shape[2:])[inverse]
+
+
+class FlatParams(nnx.Module):
+  """An encoder whose parameters are a flat name -> array dict: freshly initialised, or given (e.g. loaded and
+  already placed on their shardings). Subclasses set `_shapes` (cfg -> {name: shape}) and `_init` (cfg, key)."""
+
+  _shapes: Callable
+  _init: Callable
+
+  def __init__(self, cfg, rngs: nnx.Rngs | None = None, params: Mapping[str, jax.Array] | None = None):
+    self.cfg = cfg
+    if params is None:
+      params = type(self)._init(cfg, (rngs or nnx.Rngs(0)).params())
+    for name in type(self)._shapes(cfg):
+      setattr(self, name, nnx.Param(params[name]))
+
+  def params(self) -> dict[str, jax.Array]:
+    return {name: getattr(self, name)[...] for name in type(self)._shapes(self.cfg)}

@@ -16,10 +16,9 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 from jaxtyping import Array, Float, Int
 
-from m3jax.models.omni.common import SegmentLayout, rms_norm, rotate_half, segment_attention
+from m3jax.models.omni.common import FlatParams, SegmentLayout, rms_norm, rotate_half, segment_attention
 
 
 @dataclass(frozen=True)
@@ -150,18 +149,11 @@ def init_params(cfg: VisionConfig, key: jax.Array, std: float = 0.02) -> dict[st
   return out
 
 
-class VisionEncoder(nnx.Module):
+class VisionEncoder(FlatParams):
   """thinker.visual: pixel patches [N, C*tp*p*p] + VisionPlan -> merged tokens [N/4, out_hidden_size]."""
 
-  def __init__(self, cfg: VisionConfig, rngs: nnx.Rngs | None = None, params: Mapping[str, jax.Array] | None = None):
-    self.cfg = cfg
-    if params is None:
-      params = init_params(cfg, (rngs or nnx.Rngs(0)).params())
-    for name in _shapes(cfg):
-      setattr(self, name, nnx.Param(params[name]))
-
-  def params(self) -> dict[str, jax.Array]:
-    return {name: getattr(self, name)[...] for name in _shapes(self.cfg)}
+  _shapes = staticmethod(lambda cfg: _shapes(cfg))
+  _init = staticmethod(lambda cfg, key: init_params(cfg, key))
 
   def __call__(self, patches: Float[Array, "N P"], plan: VisionPlan) -> Float[Array, "M O"]:
     return vision_forward(self.params(), self.cfg, patches, jnp.asarray(plan.token_perm), jnp.asarray(plan.pos_hw),

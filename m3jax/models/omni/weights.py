@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Mapping
 
 import jax
 import jax.numpy as jnp
