@@ -19,16 +19,19 @@ from typing import Callable, Sequence
 from m3jax.config import add_config_args, apply_overrides, load_config
 
 
-def _local_chat(llm: str, max_new_tokens: int):
-  """Batch chat completion on a local LLM through the m3jax sampler (greedy, stops at <|im_end|>)."""
+def writer_chat(llm: str, max_new_tokens: int = 512):
+  """The `llm` memory writer's backend: batch chat completion on a local LLM through the m3jax sampler (greedy with
+  a frequency penalty, stops at <|im_end|>), constrained to the writer's JSON contract so every reply parses."""
   from m3jax.agent.policy import ChatCompleter
+  from m3jax.agent.writers import writer_constraint
   from m3jax.models.llm import load_llm
   from m3jax.models.sampling import Sampler, SamplingConfig
 
   model, tokenizer = load_llm(llm)
   stop = tuple(tokenizer.encode("<|im_end|>", add_special_tokens=False)[:1])
-  config = SamplingConfig(max_new_tokens=max_new_tokens, greedy=True, stop_token_ids=stop)
-  return ChatCompleter(Sampler(model, config), tokenizer, config)
+  config = SamplingConfig(max_new_tokens=max_new_tokens, greedy=True, stop_token_ids=stop, frequency_penalty=0.5)
+  return ChatCompleter(Sampler(model, config), tokenizer, config,
+                       writer_constraint(tokenizer, model.cfg.vocab_size, stop))
 
 
 # ------------------------------------------------------------------------------------------------ memorize
@@ -57,7 +60,7 @@ def run_memorize(args) -> int:
   from m3jax.agent.memorize import Memorizer
   from m3jax.agent.writers import make_writer
 
-  writer = make_writer(args.writer, _local_chat(args.llm, 512) if args.writer == "llm" else None)
+  writer = make_writer(args.writer, writer_chat(args.llm) if args.writer == "llm" else None)
   report = Memorizer(args.memory, _memorize_config(args), writer=writer).memorize(
       args.video, append=args.append, max_clips=args.max_clips, progress=not args.no_progress)
   print(f"memorized clips {report.clips_done[:1] + report.clips_done[-1:] if report.clips_done else 'none new'} "

@@ -16,6 +16,7 @@ import numpy as np
 from jaxtyping import Float
 
 from m3jax.agent.prompts import ASSISTANT_PREFIX, END_OF_TURN, Message, render_chatml, render_chatml_message
+from m3jax.models.constrained import TokenConstraint
 from m3jax.models.sampling import SampleOutput, Sampler, SamplingConfig
 
 
@@ -123,15 +124,17 @@ class LLMPolicy:
 
 
 class ChatCompleter:
-  """Batch chat completion on the sampler (the local LLM judge's backend): ChatML prompt in, reply text out."""
+  """Batch chat completion on the sampler (the local LLM judge's and text memory writer's backend): ChatML prompt
+  in, reply text out; with `constraint` every reply is a prefix of the automaton's language (`constrained.py`)."""
 
-  def __init__(self, sampler: Sampler, tokenizer: ChatTokenizer, config: SamplingConfig):
+  def __init__(self, sampler: Sampler, tokenizer: ChatTokenizer, config: SamplingConfig,
+               constraint: TokenConstraint | None = None):
     _require_chatml(tokenizer)
-    self.sampler, self.tokenizer, self.config = sampler, tokenizer, config
+    self.sampler, self.tokenizer, self.config, self.constraint = sampler, tokenizer, config, constraint
 
   def __call__(self, conversations: list[list[Message]]) -> list[str]:
     if not conversations:
       return []
     prompts = [self.tokenizer.encode(render_chatml(c), add_special_tokens=False) for c in conversations]
-    out = self.sampler.generate(prompts, self.config)
+    out = self.sampler.generate(prompts, self.config, constraint=self.constraint)
     return [self.tokenizer.decode(ids, skip_special_tokens=True) for ids in out.tokens]

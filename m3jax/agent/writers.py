@@ -20,6 +20,7 @@ from collections import Counter
 from typing import Any, Callable, Protocol, Sequence
 
 from m3jax.agent.observations import ClipMemories, ClipObservation
+from m3jax.models.constrained import TokenConstraint, compile_constraint, json_string_lists, token_bytes
 from m3jax.memory.tags import parse_entities
 
 Message = dict[str, str]
@@ -144,15 +145,39 @@ def clip_prompt(clip: ClipObservation) -> list[Message]:
   return [{"role": "user", "content": content}]
 
 
+CONTRACT_KEYS = ("video_description", "high_level_conclusions")
+
+
+def writer_constraint(tokenizer, vocab_size: int, stop_token_ids: Sequence[int] = ()) -> TokenConstraint:
+  """Token masks that keep a reply inside the contract (`CONTRACT_KEYS` in order, lists of strings), for
+  constrained decoding of the text writer: every reply of a small LLM then parses."""
+  return compile_constraint(json_string_lists(CONTRACT_KEYS), token_bytes(tokenizer), vocab_size, stop_token_ids)
+
+
+def _repair(text: str) -> str | None:
+  """`text` closed by the shortest suffix the contract allows, when it is a valid but unfinished contract reply
+  (a constrained reply cut by the token budget); None otherwise."""
+  tail = json_string_lists(CONTRACT_KEYS).closing(text.encode())
+  return None if tail is None else text + tail.decode()
+
+
 def parse_writer_output(reply: str) -> tuple[list[str], list[str]]:
-  """(episodic, semantic) from a reply; accepts code fences, surrounding prose and both key spellings."""
+  """(episodic, semantic) from a reply; accepts code fences, surrounding prose, both key spellings, and a reply
+  in the contract's key order cut off before its end (closed with the shortest valid suffix)."""
   start, end = reply.find("{"), reply.rfind("}")
-  if start < 0 or end <= start:
+  if start < 0:
     raise WriterOutputError("no JSON object in the reply")
   try:
-    obj = json.loads(reply[start:end + 1])
+    obj = json.loads(reply[start:end + 1]) if end > start else None
   except json.JSONDecodeError as e:
-    raise WriterOutputError(f"reply is not valid JSON: {e}") from e
+    obj, error = None, e
+  else:
+    error = None
+  if obj is None:
+    repaired = _repair(reply[start:].rstrip())
+    if repaired is None:
+      raise WriterOutputError(f"reply is not valid JSON: {error or 'unterminated object'}")
+    obj = json.loads(repaired)
   if not isinstance(obj, dict):
     raise WriterOutputError("reply JSON is not an object")
   key = "video_descriptions" if "video_descriptions" in obj else "video_description"
@@ -161,7 +186,7 @@ def parse_writer_output(reply: str) -> tuple[list[str], list[str]]:
     v = obj.get(k)
     if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
       raise WriterOutputError(f"key {k!r} is missing or not a list of strings")
-    lists.append([x.strip() for x in v if x.strip()])
+    lists.append(list(dict.fromkeys(x.strip() for x in v if x.strip())))  # a small model repeats itself
   return lists[0], lists[1]
 
 

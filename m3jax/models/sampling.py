@@ -31,6 +31,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
 
+from m3jax.models.constrained import TokenConstraint
 from m3jax.parallel import named_sharding
 
 FINISH_STOP, FINISH_LENGTH, FINISH_STOP_STRING = "stop", "length", "stop_string"
@@ -44,6 +45,10 @@ class SamplingConfig:
   temperature: float = 1.0
   top_p: float = 1.0
   top_k: int = 0  # 0 = no top-k
+  # OpenAI-style penalties on the tokens this call generated so far: logit -= frequency * count + presence * seen
+  # (greedy 135M models loop on a phrase without them)
+  frequency_penalty: float = 0.0
+  presence_penalty: float = 0.0
   stop_token_ids: tuple[int, ...] = ()
   stop_strings: tuple[str, ...] = ()
   seed: int = 0
@@ -126,8 +131,9 @@ class Sampler:
 
   # ------------------------------------------------------------------------------------------- public API
   def generate(self, prompts: Sequence[Sequence[int]], config: SamplingConfig | None = None, cache=None,
-               seed: int | None = None) -> SampleOutput:
-    """Generates a continuation for every prompt (ragged lengths). `cache` may be a pre-built empty cache."""
+               seed: int | None = None, constraint: TokenConstraint | None = None) -> SampleOutput:
+    """Generates a continuation for every prompt (ragged lengths). `cache` may be a pre-built empty cache;
+    `constraint` restricts every row's output to an automaton's language (`constrained.py`)."""
     if not prompts or any(len(p) == 0 for p in prompts):
       raise ValueError("generate() needs at least one prompt and every prompt needs at least one token")
     cfg = config or self.config
@@ -136,11 +142,13 @@ class Sampler:
       need = max(len(p) for p in prompts) + cfg.max_new_tokens
       cache = self._new_cache(batch, _bucket(need, cfg.length_buckets))
     state = DecodeState(cache, [[] for _ in range(batch)], batch)
-    return self.continue_(state, [list(p) for p in prompts], cfg, seed)
+    return self.continue_(state, [list(p) for p in prompts], cfg, seed, constraint)
 
   def continue_(self, state: DecodeState, new_tokens: Sequence[Sequence[int] | None],
-                config: SamplingConfig | None = None, seed: int | None = None) -> SampleOutput:
-    """Appends `new_tokens[b]` to row b's history and decodes; rows given None (or beyond the list) stay idle."""
+                config: SamplingConfig | None = None, seed: int | None = None,
+                constraint: TokenConstraint | None = None) -> SampleOutput:
+    """Appends `new_tokens[b]` to row b's history and decodes; rows given None (or beyond the list) stay idle.
+    With `constraint`, this call's output starts in the automaton's start state."""
     cfg = config or self.config
     if len(new_tokens) > state.batch:
       raise ValueError(f"{len(new_tokens)} rows given but the decode state holds {state.batch}")
@@ -169,7 +177,10 @@ class Sampler:
     seed = cfg.seed if seed is None else seed
     traces = _TRACES[0]
     logits, cache = _prefill(self.graphdef, self.params, cache, jnp.asarray(tokens), jnp.asarray(chunk_len))
-    out_tok, out_logp, n_gen, done, cache = self._run_decode(cache, logits, ~active, seed, cfg)
+    if constraint is not None and constraint.allowed.shape[1] != logits.shape[-1]:
+      raise ValueError(f"the constraint covers {constraint.allowed.shape[1]} tokens but the model has "
+                       f"{logits.shape[-1]}")
+    out_tok, out_logp, n_gen, done, cache = self._run_decode(cache, logits, ~active, seed, cfg, constraint)
     self.compilations += _TRACES[0] - traces
     return self._finish(state, cache, out_tok, out_logp, n_gen, done, rows, cfg)
 
@@ -193,16 +204,21 @@ class Sampler:
     pad = [(0, 0), (0, 0), (0, new_len - cache.k.shape[2]), (0, 0), (0, 0)]
     return cache.replace(k=jnp.pad(cache.k, pad), v=jnp.pad(cache.v, pad))
 
-  def _run_decode(self, cache, logits, idle: np.ndarray, seed: int, cfg: SamplingConfig):
+  def _run_decode(self, cache, logits, idle: np.ndarray, seed: int, cfg: SamplingConfig,
+                  constraint: TokenConstraint | None = None):
     B, N = idle.shape[0], cfg.max_new_tokens
     carry = dict(step=jnp.int32(0), logits=logits, done=jnp.asarray(idle), n_gen=jnp.zeros((B,), jnp.int32),
                  tokens=jnp.zeros((B, N), jnp.int32), logp=jnp.zeros((B, N), jnp.float32),
                  key=jax.random.PRNGKey(seed))
+    if constraint is not None:
+      carry["automaton"] = jnp.full((B,), constraint.start, jnp.int32)
+    if cfg.frequency_penalty or cfg.presence_penalty:
+      carry["counts"] = jnp.zeros((B, logits.shape[-1]), jnp.int32)
     interval = cfg.stop_check_interval if cfg.stop_strings else N
     text_done = np.array(idle)
     while True:
       limit = jnp.int32(min(int(carry["step"]) + interval, N))
-      carry, cache = _decode(self.graphdef, self.params, cache, carry, limit, _decode_options(cfg))
+      carry, cache = _decode(self.graphdef, self.params, cache, carry, limit, _decode_options(cfg), constraint)
       step = int(carry["step"])
       done = np.asarray(jax.device_get(carry["done"]))
       if cfg.stop_strings and self.tokenizer is not None:
@@ -260,8 +276,12 @@ def _prefill(graphdef, params, cache, tokens, chunk_len):
 
 
 @functools.partial(jax.jit, static_argnums=(0, 5), donate_argnums=(2,))
-def _decode(graphdef, params, cache, carry, limit, cfg: SamplingConfig):
-  """Samples and feeds tokens until `limit` steps or every row is done (resumable: the carry holds all state)."""
+def _decode(graphdef, params, cache, carry, limit, cfg: SamplingConfig, constraint: TokenConstraint | None = None):
+  """Samples and feeds tokens until `limit` steps or every row is done (resumable: the carry holds all state).
+
+  With a `constraint`, logits outside `allowed[automaton state]` are masked before sampling (so log-probs are those
+  of the masked distribution, the one actually sampled), a row with no allowed token ends without emitting, and a
+  row whose automaton accepts ends after that token."""
   _TRACES[0] += 1
   model = nnx.merge(graphdef, params)
   stop_ids = jnp.asarray(cfg.stop_token_ids or (-1,), jnp.int32)
@@ -274,19 +294,33 @@ def _decode(graphdef, params, cache, carry, limit, cfg: SamplingConfig):
   def body(state):
     c, cache = state
     key = jax.random.fold_in(c["key"], c["step"])
-    tok, logp = sample_token(c["logits"], key, cfg)
-    live = ~c["done"]
+    logits, live = c["logits"], ~c["done"]
+    if "counts" in c:
+      logits = logits - cfg.frequency_penalty * c["counts"] - cfg.presence_penalty * (c["counts"] > 0)
+    if constraint is not None:
+      allowed = constraint.allowed[c["automaton"]]
+      logits = jnp.where(allowed, logits, -jnp.inf)
+      live = live & jnp.any(allowed, axis=-1)
+    tok, logp = sample_token(logits, key, cfg)
     tokens = c["tokens"].at[rows, c["n_gen"]].set(jnp.where(live, tok, c["tokens"][rows, c["n_gen"]]),
                                                   mode="drop")
     logps = c["logp"].at[rows, c["n_gen"]].set(jnp.where(live, logp, 0.0), mode="drop")
     n_gen = c["n_gen"] + live.astype(jnp.int32)
-    done = c["done"] | (live & jnp.isin(tok, stop_ids)) | (n_gen >= cfg.max_new_tokens)
+    done = c["done"] | ~live | (live & jnp.isin(tok, stop_ids)) | (n_gen >= cfg.max_new_tokens)
+    extra = {}
+    if constraint is not None:
+      automaton = jnp.where(live, constraint.next_state[c["automaton"], tok].astype(jnp.int32), c["automaton"])
+      done = done | constraint.accepting[automaton]
+      extra["automaton"] = automaton
+    if "counts" in c:
+      extra["counts"] = c["counts"].at[rows, tok].add(live.astype(jnp.int32))
     # Feed the new tokens (rows already done feed nothing). No lax.cond around this: a cond copies the carried
     # cache every step; the loop condition already ends the loop once all rows are done, so at most the last
     # step's forward is unused.
     logits, cache = model(tok[:, None], cache, (~done).astype(jnp.int32))
     logits = logits[:, 0].astype(jnp.float32)
-    new = dict(step=c["step"] + 1, logits=logits, done=done, n_gen=n_gen, tokens=tokens, logp=logps, key=c["key"])
+    new = dict(step=c["step"] + 1, logits=logits, done=done, n_gen=n_gen, tokens=tokens, logp=logps, key=c["key"],
+               **extra)
     return new, cache
 
   return jax.lax.while_loop(cond, body, (carry, cache))
