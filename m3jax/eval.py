@@ -20,13 +20,12 @@ from typing import Any, Callable, Sequence
 import tqdm
 
 from m3jax.agent.control import Controller, ControlConfig, Question
-from m3jax.agent.judges import HTTPJudge, HTTPJudgeConfig, Judge, JudgeItem, LocalLLMJudge, RuleJudge
+from m3jax.agent.judges import JUDGES, HTTPJudgeConfig, Judge, JudgeItem, make_judge
 from m3jax.agent.trajectory import Trajectory
 from m3jax.config import add_config_args, apply_overrides, load_config
 from m3jax.data.m3bench import BenchQuestion, load_annotations
 from m3jax.eval_report import format_summary, plot_summary, read_jsonl, summarize
 
-JUDGES = ("llm", "http", "exact", "contains", "f1", "choice")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,16 +141,7 @@ def _sampling(cfg: EvalConfig, tokenizer, max_new_tokens: int, greedy: bool):
 
 
 def build_judge(cfg: EvalConfig) -> Judge:
-  if cfg.judge == "http":
-    return HTTPJudge(cfg.http_judge)
-  if cfg.judge != "llm":
-    return RuleJudge(cfg.judge)
-  from m3jax.agent.policy import ChatCompleter
-  from m3jax.models.llm import load_llm
-  from m3jax.models.sampling import Sampler
-  model, tok = load_llm(cfg.judge_model)
-  sampling = _sampling(cfg, tok, cfg.judge_max_new_tokens, greedy=True)
-  return LocalLLMJudge(ChatCompleter(Sampler(model, sampling, tok), tok, sampling))
+  return make_judge(cfg.judge, cfg.judge_model, cfg.http_judge, cfg.judge_max_new_tokens)
 
 
 def make_embedder(name: str):

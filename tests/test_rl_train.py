@@ -26,3 +26,36 @@ def test_rl_train_writes_outputs_and_resumes_exactly(tmp_path):
   assert [r["step"] for r in resumed] == [1, 2]
   for key in ("train/loss", "train/grad_norm", "reward/total", "rollout/generated_tokens", "train/entropy"):
     assert resumed[1][key] == full[1][key], key
+
+
+def test_rl_train_with_a_local_llm_judge(tmp_path):
+  """judge=llm loads its own frozen model (here a tiny random Llama with the SmolLM2 tokenizer, saved as an HF
+  directory), separate from the policy; its strict Yes/No verdicts score the answers and a step trains."""
+  import dataclasses
+
+  import torch
+  import transformers
+
+  from m3jax.agent.judges import JudgeItem, LocalLLMJudge
+  from m3jax.config import apply_overrides, load_config
+  from m3jax.models.tokenizer import load_tokenizer
+  from m3jax.models.weights.gguf import smollm2_path
+  from m3jax.rl.program import RLProgram
+
+  tok = load_tokenizer(smollm2_path())
+  judge_dir = tmp_path / "judge"
+  torch.manual_seed(0)
+  transformers.LlamaForCausalLM(transformers.LlamaConfig(
+      vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+      num_key_value_heads=1)).save_pretrained(judge_dir)
+  tok.save_pretrained(judge_dir)
+  cfg = apply_overrides(load_config("configs/rl_tiny.py"), [a for a in FAST if a != "--set"])
+  cfg = dataclasses.replace(cfg, steps=1, judge="llm", judge_model=str(judge_dir), out_dir=str(tmp_path / "run"))
+  program = RLProgram(cfg)
+  assert isinstance(program.judge, LocalLLMJudge)
+  assert program.judge.complete.sampler.model is not program.model      # frozen, never the trained policy
+  verdicts = program.judge.judge([JudgeItem("Who cooks?", "Anna", "Anna cooks."), JudgeItem("Who?", "Ben", "")])
+  assert not verdicts[0].valid and verdicts[0].raw and not verdicts[0].correct   # random model: neither Yes nor No
+  assert verdicts[1].valid and not verdicts[1].correct and verdicts[1].raw == ""  # empty answer: no call
+  history = program.run()
+  assert len(history) == 1 and "reward/judge_invalid" in history[0]

@@ -207,3 +207,28 @@ class RuleJudge:
       return token_f1(answer, truth) >= self.f1_threshold
     letter, gold_letter = choice_letter(answer), choice_letter(truth)
     return letter is not None and letter == gold_letter
+
+
+JUDGES = ("llm", "http", "exact", "contains", "f1", "choice")
+
+
+def make_judge(kind: str, judge_model: str = "smollm2-135m-instruct", http: HTTPJudgeConfig = HTTPJudgeConfig(),
+               max_new_tokens: int = 8) -> Judge:
+  """A judge by name (`JUDGES`): a rule, an OpenAI-compatible server, or a local LLM (`judge_model`: the shipped
+  default, a .gguf or an HF directory) answering greedily in a few tokens. Used by evaluation and by RL rewards;
+  for RL the local judge is its own frozen model, never the policy being trained."""
+  if kind == "http":
+    return HTTPJudge(http)
+  if kind != "llm":
+    if kind not in JUDGES:
+      raise ValueError(f"unknown judge {kind!r} (known: {', '.join(JUDGES)})")
+    return RuleJudge(kind)
+  from m3jax.agent.policy import ChatCompleter
+  from m3jax.models.llm import load_llm
+  from m3jax.models.sampling import Sampler, SamplingConfig
+
+  model, tok = load_llm(judge_model)
+  encoded = (tok.encode(t, add_special_tokens=False) for t in ("<|im_end|>", "<|endoftext|>"))
+  stops = tuple(dict.fromkeys(ids[0] for ids in encoded if len(ids) == 1))
+  sampling = SamplingConfig(max_new_tokens=max_new_tokens, greedy=True, stop_token_ids=stops)
+  return LocalLLMJudge(ChatCompleter(Sampler(model, sampling, tok), tok, sampling))

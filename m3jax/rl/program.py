@@ -20,7 +20,7 @@ import numpy as np
 
 from m3jax import checkpoint
 from m3jax.agent.control import ControlConfig, Controller, Question
-from m3jax.agent.judges import JudgeItem, RuleJudge
+from m3jax.agent.judges import JUDGES, HTTPJudgeConfig, JudgeItem, make_judge
 from m3jax.agent.prompts import END_OF_TURN
 from m3jax.data.episodes import EpisodeConfig
 from m3jax.data.memory_qa import QARecord, make_task
@@ -62,7 +62,11 @@ class RLConfig:
   temperature: float = 0.6
   top_p: float = 0.95
   top_k: int = 20
-  judge: str = "contains"  # a rule judge kind: exact | contains | f1 | choice
+  # exact | contains | f1 | choice (rules), llm (the reference's entailment judge on a frozen local LLM,
+  # `judge_model`), http (an OpenAI-compatible server, `http_judge`)
+  judge: str = "contains"
+  judge_model: str = "smollm2-135m-instruct"
+  http_judge: HTTPJudgeConfig = HTTPJudgeConfig()
   advantage: str = "grpo"  # grpo | taura
   taura_max_weight: float | None = 3.0
   recompute_old_logp: bool = True  # False: the sampler's log-probs are the old policy
@@ -82,8 +86,8 @@ class RLConfig:
       raise ValueError(f"advantage={self.advantage!r}; expected 'grpo' or 'taura'")
     if self.steps < 0 or self.batch_questions < 1 or self.group_size < 1 or self.save_every < 1:
       raise ValueError("steps >= 0, batch_questions, group_size and save_every >= 1 are required")
-    if self.judge not in ("exact", "contains", "f1", "choice"):
-      raise ValueError(f"judge={self.judge!r}; expected a rule judge kind (exact, contains, f1, choice)")
+    if self.judge not in JUDGES:
+      raise ValueError(f"judge={self.judge!r}; expected one of {', '.join(JUDGES)}")
 
 
 class RLProgram:
@@ -105,7 +109,7 @@ class RLProgram:
     self.train_records = [r for r in records if r.memory_id < n_train]
     self.eval_records = [r for r in records if r.memory_id >= n_train][:cfg.eval_questions]
     self.searcher = MemorySearcher(graphs, embed, SearchConfig())
-    self.judge = RuleJudge(cfg.judge)
+    self.judge = make_judge(cfg.judge, cfg.judge_model, cfg.http_judge)
     self.dataset = grain.MapDataset.source(self.train_records).shuffle(seed=cfg.seed).repeat()
     self.batcher = DynamicBatcher(cfg.sampling, cfg.batch_questions)
     self.stop_ids = tuple(self.tokenizer.encode(END_OF_TURN, add_special_tokens=False))
@@ -128,6 +132,7 @@ class RLProgram:
     verdicts = self.judge.judge([JudgeItem(t.question, t.ground_truth, t.response) for t in trajs])
     parts = reward_components([float(v.correct) for v in verdicts], [rollout.episode_stats(t) for t in trajs],
                               c.reward)
+    parts["judge_invalid"] = np.array([not v.valid for v in verdicts], np.float64)  # logged, not in the total
     return trajs, parts
 
   def _generate_round(self, it, step: int, round_box: list[int]):
