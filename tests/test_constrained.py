@@ -69,8 +69,8 @@ def test_token_tables_equal_a_bytewise_run(smollm2):
     assert allowed[s, v] == (want != DEAD), (s, v, tokens[v])
     if want != DEAD:
       assert nxt[s, v] == want
-  accepting = np.flatnonzero(np.asarray(c.accepting))
-  assert allowed[accepting, stop[0]].all() and not allowed[c.start, stop[0]]
+  assert allowed[np.flatnonzero(DFA.accepting), stop[0]].all() and not allowed[c.start, stop[0]]
+  assert np.array_equal(np.asarray(c.final), DFA.accepting)   # the contract's only accepting state is its end
   # the byte-level pieces decode back to the tokenizer's own text
   checked = 0
   for v in rng.integers(0, len(tokens), 300):
@@ -96,9 +96,9 @@ def test_sampler_follows_a_hand_made_automaton():
   nxt = np.zeros((4, V), np.int32)
   allowed[0, 5], nxt[0, 5] = True, 1
   allowed[1, 7], nxt[1, 7] = True, 2
-  accepting = np.array([False, False, True, False])
+  final = np.array([False, False, True, False])
   sampler = Sampler(_tiny(V), SamplingConfig(max_new_tokens=8, temperature=1.0))
-  c = TokenConstraint(jnp.asarray(allowed), jnp.asarray(nxt), jnp.asarray(accepting), jnp.int32(0))
+  c = TokenConstraint(jnp.asarray(allowed), jnp.asarray(nxt), jnp.asarray(final), jnp.int32(0))
   out = sampler.generate([[1, 2, 3], [4]], constraint=c, seed=3)
   assert out.tokens == [[5, 7], [5, 7]]
   assert all(np.all(lp == 0.0) for lp in out.logprobs)      # one allowed token: probability 1 after masking

@@ -103,3 +103,26 @@ def test_smollm2_end_to_end_smoke(smollm2, searcher):
                           JudgeItem("Who?", "Bob", "")])
   assert verdicts[0].raw.strip() and verdicts[1] == Verdict(correct=False, valid=True, raw="")
 
+
+
+def test_action_constraints_make_every_turn_a_valid_action(tokenizer, searcher):
+  """A random policy decoded inside the action format: every turn parses (never a format error), searches run,
+  and the last round can only answer."""
+  from m3jax.agent.parsing import parse_turn
+  from m3jax.agent.policy import ActionConstraints
+
+  cfg = DecoderConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2,
+                      num_kv_heads=1, head_dim=16, tie_embeddings=True)
+  stop = tuple(tokenizer.encode(prompts.END_OF_TURN, add_special_tokens=False))
+  sampling = SamplingConfig(max_new_tokens=24, temperature=1.0, stop_token_ids=stop, seed=5)
+  rounds = 3
+  actions = ActionConstraints.build(tokenizer, len(tokenizer), stop, rounds)
+  policy = LLMPolicy(Sampler(Decoder(cfg, rngs=nnx.Rngs(2)), sampling, tokenizer), tokenizer, sampling,
+                     actions=actions)
+  trajs = Controller(policy, searcher, ControlConfig(max_rounds=rounds)).run(QUESTIONS * 2)
+  turns = [r for t in trajs for r in t.rounds]
+  assert all(r.action in ("search", "answer") for r in turns)
+  assert all(parse_turn(r.text).action == r.action for r in turns)
+  assert all(r.text.startswith("Action: [") for r in turns)
+  assert any(r.action == "search" for r in turns) and all(t.finished for t in trajs)
+  assert all(t.rounds[-1].action == "answer" for t in trajs if len(t.rounds) == rounds)

@@ -102,9 +102,11 @@ class LLMAnswerer:
   """The reference control loop (`Controller`) on a local LLM policy; returns the final answers."""
 
   def __init__(self, graphs, embed_fn: Callable[[Sequence[str]], np.ndarray], llm: str = "smollm2-135m-instruct",
-               max_new_tokens: int = 192, seed: int = 0):
-    from m3jax.agent.control import Controller
-    from m3jax.agent.policy import LLMPolicy
+               max_new_tokens: int = 192, seed: int = 0, constrain_actions: bool = False):
+    """`constrain_actions`: decode every turn inside the action format (`ActionConstraints`) — for a weak
+    controller such as the embedded 135M model; a trained controller (which may think first) runs free."""
+    from m3jax.agent.control import ControlConfig, Controller
+    from m3jax.agent.policy import ActionConstraints, LLMPolicy
     from m3jax.models.llm import load_llm
     from m3jax.models.sampling import Sampler, SamplingConfig
 
@@ -112,8 +114,11 @@ class LLMAnswerer:
     stop = tuple(tokenizer.encode("<|im_end|>", add_special_tokens=False)[:1])
     config = SamplingConfig(max_new_tokens=max_new_tokens, temperature=0.6, top_p=0.95, top_k=20,
                             stop_token_ids=stop, seed=seed)  # the reference's control sampling
-    self.policy = LLMPolicy(Sampler(model, config), tokenizer, config)
-    self.controller = Controller(self.policy, MemorySearcher(graphs, embed_fn))
+    control = ControlConfig()
+    actions = (ActionConstraints.build(tokenizer, model.cfg.vocab_size, stop, control.max_rounds)
+               if constrain_actions else None)
+    self.policy = LLMPolicy(Sampler(model, config), tokenizer, config, actions=actions)
+    self.controller = Controller(self.policy, MemorySearcher(graphs, embed_fn), control)
     self.trajectories = []
 
   def answer(self, questions: Sequence[Question]) -> list[str]:

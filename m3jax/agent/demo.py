@@ -29,6 +29,7 @@ class DemoConfig:
   memorize: MemorizeConfig = MemorizeConfig()
   answerer: Literal["llm", "rules"] = "rules"  # "llm": the SmolLM2-135M controller (slow on CPU)
   llm: str = "smollm2-135m-instruct"
+  constrain_actions: bool = True  # answerer=llm: decode turns inside the action format (see ActionConstraints)
   out_dir: str = "m3jax_demo"
   progress: bool = True
 
@@ -42,9 +43,12 @@ def episode_questions(ep: Episode) -> list[Question]:
                    question_types=tuple(q["type"])) for q in ep.qa_list]
 
 
-def make_answerer(kind: str, graphs: list[MemoryGraph], models: PerceptionModels, llm: str = "smollm2-135m-instruct"):
+def make_answerer(kind: str, graphs: list[MemoryGraph], models: PerceptionModels, llm: str = "smollm2-135m-instruct",
+                  constrain_actions: bool = True):
   from m3jax.agent.answer import LLMAnswerer, RuleAnswerer
-  return RuleAnswerer(graphs, models.text) if kind == "rules" else LLMAnswerer(graphs, models.text, llm)
+  if kind == "rules":
+    return RuleAnswerer(graphs, models.text)
+  return LLMAnswerer(graphs, models.text, llm, constrain_actions=constrain_actions)
 
 
 def answer_correct(answer: str, truth: str) -> bool:
@@ -121,7 +125,7 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
   questions = episode_questions(ep)
   if config.progress:
     print(f"answering {len(questions)} questions with the {config.answerer} answerer ...", flush=True)
-  answers = make_answerer(config.answerer, [graph], models, config.llm).answer(questions)
+  answers = make_answerer(config.answerer, [graph], models, config.llm, config.constrain_actions).answer(questions)
   return {"episode": ep, "video": video, "memory_dir": memory_dir, "report": report, "questions": questions,
           "answers": answers, "accuracy": qa_accuracy(questions, answers),
           "identity": identity_scores(ep, load_observations(memory_dir), graph),

@@ -16,7 +16,7 @@ import numpy as np
 from jaxtyping import Float
 
 from m3jax.agent.prompts import ASSISTANT_PREFIX, END_OF_TURN, Message, render_chatml, render_chatml_message
-from m3jax.models.constrained import TokenConstraint
+from m3jax.models.constrained import TokenConstraint, compile_constraint, prefixed_line, token_bytes
 from m3jax.models.sampling import SampleOutput, Sampler, SamplingConfig
 
 
@@ -75,9 +75,11 @@ class LLMPolicy:
   reference's behaviour, kept as the baseline the benchmark compares against). Each round uses its own seed, so
   rounds do not replay the same random stream."""
 
-  def __init__(self, sampler: Sampler, tokenizer: ChatTokenizer, config: SamplingConfig, reuse_kv: bool = True):
+  def __init__(self, sampler: Sampler, tokenizer: ChatTokenizer, config: SamplingConfig, reuse_kv: bool = True,
+               actions: ActionConstraints | None = None):
     _require_chatml(tokenizer)
     self.sampler, self.tokenizer, self.config, self.reuse_kv = sampler, tokenizer, config, reuse_kv
+    self.actions = actions
     self._state = None
     self._history: list[list[int]] = []
     self._finish: list[str] = []
@@ -88,7 +90,7 @@ class LLMPolicy:
     self._round = 0
     self._history = [list(p) for p in prompts]
     self._finish = ["" for _ in prompts]
-    out = self.sampler.generate(prompts, self.config, seed=self.config.seed)
+    out = self.sampler.generate(prompts, self.config, seed=self.config.seed, constraint=self._constraint())
     self._state = out.state
     return self._turns(range(len(prompts)), prompts, out)
 
@@ -107,11 +109,15 @@ class LLMPolicy:
       feed: list[list[int] | None] = [None] * len(self._history)
       for r, chunk in zip(rows, chunks):
         feed[r] = chunk
-      out = self.sampler.continue_(self._state, feed, self.config, seed=seed)
+      out = self.sampler.continue_(self._state, feed, self.config, seed=seed, constraint=self._constraint())
       self._state = out.state
     else:
-      out = self.sampler.generate([self._history[r] for r in rows], self.config, seed=seed)
+      out = self.sampler.generate([self._history[r] for r in rows], self.config, seed=seed,
+                                  constraint=self._constraint())
     return self._turns(rows, chunks, out)
+
+  def _constraint(self) -> TokenConstraint | None:
+    return None if self.actions is None else self.actions.for_round(self._round)
 
   def _turns(self, rows: Sequence[int], contexts: Sequence[list[int]], out: SampleOutput) -> list[Turn]:
     turns = []
@@ -121,6 +127,30 @@ class LLMPolicy:
       turns.append(Turn(text=self.tokenizer.decode(ids, skip_special_tokens=False), context_ids=list(context),
                         gen_ids=list(ids), logprobs=np.asarray(logprobs, np.float32), finish_reason=reason))
     return turns
+
+
+@dataclasses.dataclass(frozen=True)
+class ActionConstraints:
+  """Constrained decoding of the control protocol for weak policies: every turn is exactly
+  `Action: [Search|Answer]\nContent: <one line>`, and the last round can only answer.
+
+  WHY: the embedded 135M controller mostly writes neither action (a format error every round, so it never
+  searches nor answers); constrained, each turn is a valid action. Log-probs are those of the masked distribution,
+  so trajectories sampled this way are off-policy for an unmasked learner: for RL keep the policy unconstrained
+  (the format-error penalty teaches the format), or accept the mismatch knowingly."""
+  any_action: TokenConstraint
+  answer_only: TokenConstraint
+  last_round: int
+
+  @classmethod
+  def build(cls, tokenizer, vocab_size: int, stop_token_ids: Sequence[int], max_rounds: int) -> "ActionConstraints":
+    tokens = token_bytes(tokenizer)
+    search, answer = "Action: [Search]\nContent: ", "Action: [Answer]\nContent: "
+    return cls(compile_constraint(prefixed_line((search, answer)), tokens, vocab_size, stop_token_ids),
+               compile_constraint(prefixed_line((answer,)), tokens, vocab_size, stop_token_ids), max_rounds - 1)
+
+  def for_round(self, round_index: int) -> TokenConstraint:
+    return self.answer_only if round_index >= self.last_round else self.any_action
 
 
 class ChatCompleter:

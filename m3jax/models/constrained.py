@@ -6,12 +6,14 @@ valid prefix of the contract makes every reply parse, whatever the model's size,
 
 A `ByteDFA` is a deterministic automaton over UTF-8 bytes (state 0 is the dead state). `compile_constraint`
 runs it over every token's bytes from every state at once (numpy, vectorised over states x tokens) and gives a
-`TokenConstraint`: `allowed[S, V]`, `next_state[S, V]` and `accepting[S]` as device arrays. The sampler masks
+`TokenConstraint`: `allowed[S, V]`, `next_state[S, V]` and `final[S]` as device arrays. The sampler masks
 `logits[b]` with `allowed[state[b]]`, advances `state[b] = next_state[state[b], token[b]]` and ends a row once its
-state accepts — no host round trip, no Python loop over tokens or vocabulary.
+state is final (or it samples a stop token, allowed where the automaton accepts) — no host round trip, no Python
+loop over tokens or vocabulary.
 
 `json_string_lists(keys)` is the automaton of `{"k1": ["...", ...], "k2": [...]}` with the keys in order
-(whitespace between tokens, JSON string escapes) — the memory writer's contract.
+(whitespace between tokens, JSON string escapes) — the memory writer's contract; `prefixed_line(prefixes)` is a
+line after one of a few literal prefixes — the control protocol's action format.
 """
 
 from __future__ import annotations
@@ -161,11 +163,37 @@ def json_string_lists(keys: tuple[str, ...], max_ws: int = 12) -> ByteDFA:
   return g.build(start)
 
 
+@functools.cache
+def prefixed_line(prefixes: tuple[str, ...]) -> ByteDFA:
+  """The automaton of one of `prefixes` followed by a non-empty line: the first byte after the prefix is not
+  whitespace, no control bytes but tab, and a newline ends the text (so does a stop token, once a byte was
+  written). The control protocol's `Action: [Search]\nContent: query` is such a text."""
+  if not prefixes:
+    raise ValueError("prefixed_line needs at least one prefix")
+  g = _Builder(max_ws=0)
+  start = g.state()
+  trie: dict[bytes, list[int]] = {b"": start}
+  line, end = g.state(), g.state()
+  for p in prefixes:
+    data = p.encode()
+    for i in range(1, len(data) + 1):
+      if data[:i] not in trie:
+        trie[data[:i]] = g.state()
+        g.edge(trie[data[:i - 1]], data[i - 1:i], trie[data[:i]])
+    g.edge(trie[data], [b for b in range(0x21, 256)], line)
+  g.edge(line, [9] + list(range(0x20, 256)), line)
+  g.edge(line, b"\n", end)
+  g.accepting[line[0]] = g.accepting[end[0]] = True
+  return g.build(start)
+
+
 class TokenConstraint(NamedTuple):
-  """Device tables of a `ByteDFA` over a vocabulary (a pytree: passes through `jax.jit` as arguments)."""
+  """Device tables of a `ByteDFA` over a vocabulary (a pytree: passes through `jax.jit` as arguments).
+  `final[s]`: nothing can follow state s, so a row that reaches it is done; a stop token is allowed in the
+  automaton's accepting states."""
   allowed: Bool[jax.Array, "S V"]
   next_state: Int[jax.Array, "S V"]  # int16 when the automaton has < 32768 states
-  accepting: Bool[jax.Array, "S"]
+  final: Bool[jax.Array, "S"]
   start: Int[jax.Array, ""]
 
 
@@ -234,5 +262,6 @@ def compile_constraint(dfa: ByteDFA, tokens: Sequence[bytes | None], vocab_size:
     allowed[:, t] = dfa.accepting
     states[:, t] = np.arange(S)
   small = np.int16 if S <= np.iinfo(np.int16).max else np.int32  # the tables are [S, V]: keep them compact
-  return TokenConstraint(jnp.asarray(allowed), jnp.asarray(states.astype(small)), jnp.asarray(dfa.accepting),
+  final = dfa.accepting & (dfa.table == DEAD).all(axis=1)
+  return TokenConstraint(jnp.asarray(allowed), jnp.asarray(states.astype(small)), jnp.asarray(final),
                          jnp.asarray(dfa.start, jnp.int32))

@@ -35,6 +35,7 @@ from m3jax.models.constrained import TokenConstraint
 from m3jax.parallel import named_sharding
 
 FINISH_STOP, FINISH_LENGTH, FINISH_STOP_STRING = "stop", "length", "stop_string"
+FINISH_CONSTRAINT = "constraint"  # the constraint's automaton reached a final state (nothing may follow)
 _TRACES = [0]  # incremented whenever a sampler program is traced (compiled)
 
 
@@ -182,7 +183,7 @@ class Sampler:
                        f"{logits.shape[-1]}")
     out_tok, out_logp, n_gen, done, cache = self._run_decode(cache, logits, ~active, seed, cfg, constraint)
     self.compilations += _TRACES[0] - traces
-    return self._finish(state, cache, out_tok, out_logp, n_gen, done, rows, cfg)
+    return self._finish(state, cache, out_tok, out_logp, n_gen, done, rows, cfg, constraint is not None)
 
   def decode_text(self, tokens: Sequence[int]) -> str:
     if self.tokenizer is None:
@@ -235,14 +236,14 @@ class Sampler:
         break
     return carry["tokens"], carry["logp"], carry["n_gen"], carry["done"], cache
 
-  def _finish(self, state, cache, out_tok, out_logp, n_gen, done, rows, cfg) -> SampleOutput:
+  def _finish(self, state, cache, out_tok, out_logp, n_gen, done, rows, cfg, constrained=False) -> SampleOutput:
     toks, logps, n_gen = (np.asarray(x) for x in jax.device_get((out_tok, out_logp, n_gen)))
     tokens, logprobs, reasons, texts = [], [], [], []
     for b, r in enumerate(rows):
       if r is None:
         continue
       seq = toks[b, :n_gen[b]].tolist()
-      reason = FINISH_LENGTH
+      reason = FINISH_CONSTRAINT if constrained and len(seq) < cfg.max_new_tokens else FINISH_LENGTH
       if seq and seq[-1] in cfg.stop_token_ids:
         reason = FINISH_STOP
       if cfg.stop_strings and self.tokenizer is not None:
@@ -310,7 +311,7 @@ def _decode(graphdef, params, cache, carry, limit, cfg: SamplingConfig, constrai
     extra = {}
     if constraint is not None:
       automaton = jnp.where(live, constraint.next_state[c["automaton"], tok].astype(jnp.int32), c["automaton"])
-      done = done | constraint.accepting[automaton]
+      done = done | constraint.final[automaton]
       extra["automaton"] = automaton
     if "counts" in c:
       extra["counts"] = c["counts"].at[rows, tok].add(live.astype(jnp.int32))
