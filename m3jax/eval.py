@@ -148,7 +148,7 @@ def make_embedder(name: str):
   """`minilm` -> the MiniLM sentence embedder; a path to a fixture `*.embedder.json` -> that hashed embedder."""
   if name == "minilm":
     from m3jax.models.bert import TextEmbedder
-    return TextEmbedder()
+    return TextEmbedder.from_pretrained()
   from m3jax.memory.fixture_embedder import HashedBowEmbedder
   return HashedBowEmbedder.from_json(name)
 

@@ -135,3 +135,12 @@ def test_select_questions_and_config_file():
                                                                                                 0.6, 20)
   with pytest.raises(ValueError, match="judge"):
     load_config(ROOT / "configs" / "eval.py", ["judge=gpt"])
+
+
+def test_make_embedder_minilm_gives_unit_384d_embeddings():
+  import numpy as np
+
+  from m3jax.eval import make_embedder
+  emb = np.asarray(make_embedder("minilm")(["Who likes coffee?", "Anna likes coffee."]))
+  assert emb.shape == (2, 384) and np.allclose(np.linalg.norm(emb, axis=1), 1, atol=1e-5)
+  assert emb[0] @ emb[1] > 0.5
