@@ -1,7 +1,8 @@
 """The `m3jax` command: memorize a video, ask about it, or run the whole demo on the embedded default models.
 
-  m3jax memorize VIDEO --memory DIR [--append] [--writer template|llm] [--max-clips N] [--config F --set k=v]
-  m3jax ask --memory DIR "question" [--answerer llm|rules] [--before-clip N]
+  m3jax memorize VIDEO --memory DIR [--append] [--writer template|llm|omni [--omni-model DIR]] [--max-clips N]
+                [--config F --set k=v]
+  m3jax ask --memory DIR "question" [--answerer rules|llm [--free-form]] [--before-clip N]
   m3jax demo [--config configs/demo.py] [--set answerer=rules ...]
   m3jax chat ["prompt" ...] [--llm DIR|FILE.gguf] [--temperature T]
 
@@ -40,8 +41,11 @@ def add_memorize(sub) -> None:
   p.add_argument("video")
   p.add_argument("--memory", required=True, help="memory directory (created; re-running resumes)")
   p.add_argument("--append", action="store_true", help="add this video after the one already in DIR")
-  p.add_argument("--writer", choices=("template", "llm"), default="template")
+  p.add_argument("--writer", choices=("template", "llm", "omni"), default=None,
+                 help="memory writer (default: the config's `writer`, template)")
   p.add_argument("--llm", default="smollm2-135m-instruct", help="LLM for --writer llm")
+  p.add_argument("--omni-model", default=None,
+                 help="local HF Qwen2.5-Omni / M3-Agent-Memorization directory for --writer omni")
   p.add_argument("--max-clips", type=int, default=None)
   p.add_argument("--no-progress", action="store_true")
   add_config_args(p)
@@ -60,8 +64,13 @@ def run_memorize(args) -> int:
   from m3jax.agent.memorize import Memorizer
   from m3jax.agent.writers import make_writer
 
-  writer = make_writer(args.writer, writer_chat(args.llm) if args.writer == "llm" else None)
-  report = Memorizer(args.memory, _memorize_config(args), writer=writer).memorize(
+  config = _memorize_config(args)
+  kind = args.writer or config.writer
+  writer = make_writer(kind, writer_chat(args.llm) if kind == "llm" else None,
+                       **({"omni_model": args.omni_model or config.omni_model,
+                           "attention_chunk": config.omni_attention_chunk,
+                           "max_new_tokens": config.omni_max_new_tokens} if kind == "omni" else {}))
+  report = Memorizer(args.memory, config, writer=writer).memorize(
       args.video, append=args.append, max_clips=args.max_clips, progress=not args.no_progress)
   print(f"memorized clips {report.clips_done[:1] + report.clips_done[-1:] if report.clips_done else 'none new'} "
         f"({report.clips_skipped} already in memory) into {report.memory_dir}; next clip {report.next_clip}")
@@ -76,8 +85,11 @@ def add_ask(sub) -> None:
   p = sub.add_parser("ask", help="answer a question from a memory directory")
   p.add_argument("question")
   p.add_argument("--memory", required=True)
-  p.add_argument("--answerer", choices=("llm", "rules"), default="llm")
+  p.add_argument("--answerer", choices=("llm", "rules"), default="rules",
+                 help="rules: deterministic retrieval answers; llm: the control agent on --llm")
   p.add_argument("--llm", default="smollm2-135m-instruct")
+  p.add_argument("--free-form", action="store_true",
+                 help="with --answerer llm: do not constrain turns to the action format (for trained controllers)")
   p.add_argument("--before-clip", type=int, default=None, help="use only memories of clips <= N")
   p.add_argument("--show-trajectory", action="store_true")
   p.set_defaults(run=run_ask)
@@ -90,7 +102,7 @@ def run_ask(args) -> int:
   from m3jax.agent.perceive import PerceptionModels
 
   graph = load_memory(args.memory)
-  answerer = make_answerer(args.answerer, [graph], PerceptionModels.load(), args.llm)
+  answerer = make_answerer(args.answerer, [graph], PerceptionModels.load(), args.llm, not args.free_form)
   answer = answerer.answer([Question("q", args.question, "", 0, before_clip=args.before_clip)])[0]
   if args.show_trajectory and getattr(answerer, "trajectories", None):
     for r in answerer.trajectories[0].rounds:

@@ -109,6 +109,20 @@ def test_thinker_logits_parity(hf_thinker, thinker, use_aiv):
     np.testing.assert_allclose(np.asarray(logits)[b, :n], ref[b, :n], atol=1e-4, rtol=0)
 
 
+def test_chunked_attention_thinker_logits_parity(hf_thinker):
+  """Query blocks of 5 in the LM (84 tokens) and the vision tower (frames of 16 and 24 patches) vs transformers."""
+  cfg = ThinkerConfig.from_hf(hf_thinker.config.to_dict(), attention_chunk=5)
+  assert cfg.text.attention_chunk == 5 and cfg.vision.attention_chunk == 5
+  sd = {k: v.numpy() for k, v in hf_thinker.state_dict().items()}
+  chunked = thinker_from_tensors(cfg, sd.__getitem__, sd.__contains__)
+  ids, lengths, img, vid, spg, pix, pixv, feats, alens = _case(cfg, True)
+  inputs = ThinkerInputs.build(cfg, ids, lengths, pix, img, pixv, vid, spg, feats, alens, True)
+  logits, _ = _FORWARD(chunked, inputs)
+  ref = _hf_logits(hf_thinker, ids, lengths, img, vid, spg, pix, pixv, feats, alens, True)
+  for b, n in enumerate(lengths):
+    np.testing.assert_allclose(np.asarray(logits)[b, :n], ref[b, :n], atol=1e-4, rtol=0)
+
+
 def test_thinker_inputs_reject_mismatched_media(thinker):
   ids, lengths, img, vid, spg, pix, pixv, feats, alens = _case(thinker.cfg, False)
   with pytest.raises(ThinkerInputError, match="image"):

@@ -51,10 +51,18 @@ class MemorizeConfig:
   perception: PerceptionConfig = PerceptionConfig()
   graph: GraphConfig = dataclasses.field(default_factory=default_graph_config)
   min_clip_seconds: float = 0.5
+  # the memory writer the CLI builds (`make_writer`): template | llm | omni; omni needs `omni_model`, a local HF
+  # Qwen2.5-Omni / M3-Agent-Memorization directory (`--set writer=omni --set omni_model=DIR`)
+  writer: str = "template"
+  omni_model: str | None = None
+  omni_attention_chunk: int = 1024  # query block of the thinker's attention (30-s clips are thousands of tokens)
+  omni_max_new_tokens: int = 4096
 
   def __post_init__(self):
     if self.clip_seconds <= 0 or self.min_clip_seconds < 0:
       raise ValueError(f"clip_seconds must be > 0 and min_clip_seconds >= 0: {self}")
+    if self.writer not in ("template", "llm", "omni"):
+      raise ValueError(f"writer must be template, llm or omni, got {self.writer!r}")
 
 
 @dataclasses.dataclass
@@ -156,6 +164,9 @@ class Memorizer:
       try:
         obs = perceive_clip(clip, self.graph, models, self.config.perception,
                             timer=lambda k, dt: timings.__setitem__(k, timings[k] + dt))
+        observe = getattr(self.writer, "observe_clip", None)
+        if observe is not None:  # a writer that watches the clip itself (omni) gets its frames, audio, crops
+          observe(clip, obs, self.graph)
         mem = self._write_and_insert(obs, timings)
         t = time.perf_counter()
         self._checkpoint(source, clip_id, obs, mem)

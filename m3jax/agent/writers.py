@@ -252,12 +252,21 @@ class LLMWriter(FallbackState):
     return [m if m is not None else ClipMemories() for m in out]
 
 
-def make_writer(kind: str, complete: Callable[[list[list[Message]]], list[str]] | None = None) -> MemoryWriter:
-  """Writer by name: "template" or "llm" (which needs `complete`)."""
+def make_writer(kind: str, complete: Callable[[list[list[Message]]], list[str]] | None = None,
+                omni_model: str | None = None, **omni_options: Any) -> MemoryWriter:
+  """Writer by name: "template", "llm" (which needs `complete`) or "omni" (which needs `omni_model`, a local
+  Hugging Face Qwen2.5-Omni / M3-Agent-Memorization directory; `omni_options` go to
+  `m3jax.sft.omni_writer.load_omni_writer`, e.g. processor, attention_chunk, max_new_tokens)."""
   if kind == "template":
     return TemplateWriter()
   if kind == "llm":
     if complete is None:
       raise ValueError("the llm writer needs a chat completion function")
     return LLMWriter(complete)
-  raise ValueError(f"unknown memory writer {kind!r} (known: template, llm)")
+  if kind == "omni":
+    if not omni_model:
+      raise ValueError("the omni writer needs a local Hugging Face Qwen2.5-Omni / M3-Agent-Memorization directory "
+                       "(--omni-model DIR, or omni_model=DIR in the memorize config)")
+    from m3jax.sft.omni_writer import load_omni_writer  # imports the thinker: only when asked for
+    return load_omni_writer(omni_model, **omni_options)
+  raise ValueError(f"unknown memory writer {kind!r} (known: template, llm, omni)")

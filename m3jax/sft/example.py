@@ -41,12 +41,14 @@ class ChatTokens:
 @dataclasses.dataclass(frozen=True)
 class MemoryExample:
   """A clip and its expected memories. frames: sampled RGB uint8 [T, H, W, 3]; audio: 16 kHz mono (may be empty);
-  faces: (node id, RGB crop); voices: {"<voice_N>": [{"start_time", "end_time", "asr"}]}; target: reply JSON."""
+  faces: (node id, RGB crop); voices: {"<voice_N>": [{"start_time", "end_time", "asr"}]}; target: reply JSON;
+  fps: the frames' sampling rate when it is not the processor's `video_fps` (None: it is, as for the reference)."""
   frames: np.ndarray
   audio: np.ndarray
   faces: tuple[tuple[int, np.ndarray], ...]
   voices: dict
   target: str = ""
+  fps: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,10 +69,10 @@ def encode_example(ex: MemoryExample, prompt: str, tok: TextTokenizer, chat: Cha
                    system: str = DEFAULT_SYSTEM) -> EncodedExample:
   """Token ids of the reference chat (+ target when `with_target`, else ending in the generation prompt)."""
   m = proc.merge_size
-  vp, vgrid, spg = process_video(ex.frames, proc)
+  vp, vgrid, spg = process_video(ex.frames, proc, ex.fps)
   audio = ex.audio
   if audio is None or not len(audio):  # a silent clip still gets its (silent) audio stream, as for the reference
-    audio = np.zeros(int(len(ex.frames) / proc.video_fps * 16000), np.float32)
+    audio = np.zeros(int(len(ex.frames) / (ex.fps or proc.video_fps) * 16000), np.float32)
   feats, lens = process_audio([audio], proc)
   n_audio = int(audio_output_lengths(lens)[0])
   ids: list[int] = [chat.im_start] + tok.encode("system\n" + system) + [chat.im_end] + tok.encode("\n")

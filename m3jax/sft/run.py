@@ -73,6 +73,7 @@ class SFTConfig:
   processor: ProcessorConfig = ProcessorConfig()
   batch: int = 2
   length_buckets: tuple[int, ...] = (1024, 2048, 4096, 8192, 16384, 32768)
+  attention_chunk: int = 0  # > 0: LM / vision attention in query blocks of this size (long real clips)
   data_seed: int = 0
   init_seed: int = 0
   train: TrainConfig = TrainConfig()
@@ -89,13 +90,14 @@ def _prompt(cfg: SFTConfig) -> str:
 def build(cfg: SFTConfig) -> Trainer:
   from flax import nnx
   if cfg.model_dir is None:
-    tcfg = cfg.tiny.thinker_config()
+    tcfg = cfg.tiny.thinker_config().with_attention_chunk(cfg.attention_chunk)
     model = Thinker(tcfg, rngs=nnx.Rngs(cfg.init_seed))
     tok, chat = ByteTokenizer(), cfg.tiny.chat_tokens()
   else:
     from m3jax.models.omni.weights import load_thinker
     from m3jax.models.tokenizer import load_tokenizer
-    model = load_thinker(cfg.model_dir, param_dtype="float32", compute_dtype="bfloat16")
+    model = load_thinker(cfg.model_dir, param_dtype="float32", compute_dtype="bfloat16",
+                         attention_chunk=cfg.attention_chunk)
     tcfg = model.cfg
     hf_tok = load_tokenizer(cfg.model_dir)
     tok = _PlainEncoder(hf_tok)

@@ -61,16 +61,32 @@ class SegmentLayout:
 
 
 def segment_attention(q: Float[Array, "N H K"], k: Float[Array, "N H K"], v: Float[Array, "N H K"],
-                      index: Int[Array, "S L"], inverse: Int[Array, "N"], scale: float) -> Float[Array, "N H K"]:
-  """Bidirectional softmax attention restricted to segments (see SegmentLayout)."""
+                      index: Int[Array, "S L"], inverse: Int[Array, "N"], scale: float,
+                      chunk: int = 0) -> Float[Array, "N H K"]:
+  """Bidirectional softmax attention restricted to segments (see SegmentLayout).
+
+  `chunk` > 0 attends `chunk` queries of every segment at a time (lax.map, rematerialised in the backward pass):
+  scores are [S, H, chunk, L] instead of [S, H, L, L] — a full-attention layer over 30 frames of ~1,300 patches
+  would otherwise hold 3.2 GB of f32 scores. Same result per query row.
+  """
   valid = index >= 0
   idx = jnp.maximum(index, 0)
   qs, ks, vs = q[idx], k[idx], v[idx]  # [S, L, H, K]
-  logits = jnp.einsum("slhk,smhk->shlm", qs, ks, preferred_element_type=jnp.float32) * scale
-  logits = jnp.where(valid[:, None, None, :], logits, jnp.finfo(jnp.float32).min)
-  probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
-  out = jnp.einsum("shlm,smhk->slhk", probs, vs)
+  key_ok = valid[:, None, None, :]
+
+  def attend(qc):  # [S, C, H, K] -> [S, C, H, K]
+    logits = jnp.einsum("slhk,smhk->shlm", qc, ks, preferred_element_type=jnp.float32) * scale
+    probs = jax.nn.softmax(jnp.where(key_ok, logits, jnp.finfo(jnp.float32).min), axis=-1).astype(v.dtype)
+    return jnp.einsum("shlm,smhk->slhk", probs, vs)
+
   s, l = index.shape
+  if chunk and l > chunk:
+    n = -(-l // chunk)
+    qp = jnp.pad(qs, ((0, 0), (0, n * chunk - l), (0, 0), (0, 0)))
+    blocks = qp.reshape(s, n, chunk, *qs.shape[2:]).swapaxes(0, 1)  # [n, S, C, H, K]
+    out = jax.lax.map(jax.checkpoint(attend), blocks).swapaxes(0, 1).reshape(s, n * chunk, *qs.shape[2:])[:, :l]
+  else:
+    out = attend(qs)
   return out.reshape(s * l, *out.shape[2:])[inverse]
 
 

@@ -8,6 +8,7 @@ Host side (`ThinkerInputs.build`): media plans and TMRoPE ids from token ids + m
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -37,9 +38,11 @@ class ThinkerConfig:
   tokens: SpecialTokens
 
   @staticmethod
-  def from_hf(thinker: Mapping[str, Any], param_dtype: str = "float32", compute_dtype: str = "float32"
-              ) -> "ThinkerConfig":
-    """From the `thinker_config` dict of a Qwen2.5-Omni config.json (or a thinker-only config)."""
+  def from_hf(thinker: Mapping[str, Any], param_dtype: str = "float32", compute_dtype: str = "float32",
+              attention_chunk: int = 0) -> "ThinkerConfig":
+    """From the `thinker_config` dict of a Qwen2.5-Omni config.json (or a thinker-only config).
+
+    `attention_chunk` > 0: the LM and the vision tower attend in query blocks of that size (long real prompts)."""
     text = dict(thinker["text_config"])
     text.setdefault("model_type", "qwen2_5_omni_text")
     rope = dict(text.get("rope_parameters") or text.get("rope_scaling") or {})
@@ -53,7 +56,16 @@ class ThinkerConfig:
         text=DecoderConfig.from_hf(text, param_dtype=param_dtype, compute_dtype=compute_dtype),
         vision=VisionConfig.from_hf(thinker["vision_config"], param_dtype=dt),
         audio=AudioConfig.from_hf(thinker["audio_config"], param_dtype=dt),
-        rope=RopeIndexConfig.from_hf(thinker), tokens=SpecialTokens.from_hf(thinker))
+        rope=RopeIndexConfig.from_hf(thinker), tokens=SpecialTokens.from_hf(thinker)
+    ).with_attention_chunk(attention_chunk)
+
+  def with_attention_chunk(self, chunk: int) -> "ThinkerConfig":
+    """The same model attending in query blocks of `chunk` (0 = whole sequences) in the LM and the vision tower;
+    the audio tower attends within 1-s chunks (<= 100 frames) anyway."""
+    if chunk < 0:
+      raise ValueError(f"attention_chunk={chunk} must be >= 0")
+    return dataclasses.replace(self, text=dataclasses.replace(self.text, attention_chunk=chunk),
+                               vision=dataclasses.replace(self.vision, attention_chunk=chunk))
 
 
 @flax.struct.dataclass

@@ -36,6 +36,7 @@ class VisionConfig:
   fullatt_block_indexes: tuple[int, ...] = (7, 15, 23, 31)
   rope_theta: float = 10000.0
   param_dtype: Any = jnp.float32
+  attention_chunk: int = 0  # > 0: query blocks of this size in attention (common.segment_attention)
 
   @property
   def head_dim(self) -> int:
@@ -192,8 +193,9 @@ def vision_forward(p: Mapping[str, jax.Array], cfg: VisionConfig, patches, token
     qf, kf = q.astype(jnp.float32), k.astype(jnp.float32)
     q = (qf * cos + rotate_half(qf) * sin).astype(q.dtype)
     k = (kf * cos + rotate_half(kf) * sin).astype(k.dtype)
-    att = jax.lax.cond(full, lambda: segment_attention(q, k, v, full_index, full_inverse, scale),
-                       lambda: segment_attention(q, k, v, win_index, win_inverse, scale))
+    chunk = cfg.attention_chunk
+    att = jax.lax.cond(full, lambda: segment_attention(q, k, v, full_index, full_inverse, scale, chunk),
+                       lambda: segment_attention(q, k, v, win_index, win_inverse, scale, chunk))
     h = h + att.reshape(n, H * K) @ w["wo"] + w["bo"]
     y = rms_norm(h, w["norm2"], 1e-6)
     y = jax.nn.silu(y @ w["w_gate"] + w["b_gate"]) * (y @ w["w_up"] + w["b_up"])

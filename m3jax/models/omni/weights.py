@@ -136,8 +136,9 @@ def thinker_from_tensors(cfg: ThinkerConfig, get: Getter, has: Callable[[str], b
 
 
 def load_thinker(path: str, mesh: Mesh | None = None, param_dtype: str = "bfloat16",
-                 compute_dtype: str = "bfloat16") -> Thinker:
+                 compute_dtype: str = "bfloat16", attention_chunk: int = 0) -> Thinker:
   """Loads the thinker of a Qwen2.5-Omni / M3-Agent-Memorization HF directory (talker tensors are skipped)."""
-  cfg = ThinkerConfig.from_hf(read_thinker_config(path), param_dtype=param_dtype, compute_dtype=compute_dtype)
+  cfg = ThinkerConfig.from_hf(read_thinker_config(path), param_dtype=param_dtype, compute_dtype=compute_dtype,
+                              attention_chunk=attention_chunk)
   reader = CheckpointReader(path)
   return thinker_from_tensors(cfg, reader, reader.__contains__, mesh)

@@ -1,0 +1,134 @@
+"""Chunked attention for long multimodal prompts: the query-blocked paths of the LM (decoder.chunked_attention) and
+of the vision tower (common.segment_attention with `chunk`) equal the whole-sequence paths (values and gradients,
+<=1e-5), inside the thinker and its SFT loss too, and the compiled program really holds less attention memory."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from m3jax.models.decoder import attention, chunked_attention
+from m3jax.models.omni.common import SegmentLayout, segment_attention
+from m3jax.models.omni.generate import generate
+from m3jax.models.omni.processor import ProcessorConfig
+from m3jax.models.omni.thinker import Thinker
+from m3jax.models.sampling import SamplingConfig
+from m3jax.sft.example import ByteTokenizer, MemoryExample, collate, encode_example
+from m3jax.sft.loss import thinker_loss
+from m3jax.sft.run import TinyThinker
+
+PROC = ProcessorConfig(video_min_pixels=28 * 28 * 16, video_max_pixels=28 * 28 * 16, image_min_pixels=28 * 28,
+                       image_max_pixels=28 * 28 * 4)
+TINY = TinyThinker(hidden=32, layers=1, heads=4, kv_heads=2, vision_hidden=16, vision_depth=1, audio_hidden=16,
+                   audio_layers=1)
+
+
+def _qkv(seed, B, T, S, H, K, Dh):
+  rng = np.random.default_rng(seed)
+  f = lambda *s: jnp.asarray(rng.standard_normal(s), jnp.float32)
+  return f(B, T, H, Dh), f(B, S, K, Dh), f(B, S, K, Dh)
+
+
+@pytest.mark.parametrize("chunk", [7, 16, 64])
+def test_chunked_attention_equals_attention_with_cache_offsets(chunk):
+  """Ragged rows written at different cache offsets (prefill after earlier turns), a chunk that does not divide T."""
+  B, T, S, H, K, Dh = 3, 50, 80, 4, 2, 8
+  q, k, v = _qkv(0, B, T, S, H, K, Dh)
+  start = jnp.asarray([0, 13, 30])
+  slots = start[:, None] + jnp.arange(T)[None]
+  valid = start + jnp.asarray([50, 21, 44])
+  want = jax.jit(attention)(q, k, v, slots, valid)
+  got = jax.jit(chunked_attention, static_argnums=5)(q, k, v, slots, valid, chunk)
+  # only rows' real queries matter (padding queries see an empty/partial window in both paths alike)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5, rtol=0)
+  w = jnp.asarray(np.random.default_rng(1).standard_normal(want.shape), jnp.float32)
+  loss = lambda fn: (lambda q, k, v: jnp.sum(fn(q, k, v) * w))
+  gw = jax.jit(jax.grad(loss(lambda q, k, v: attention(q, k, v, slots, valid)), argnums=(0, 1, 2)))(q, k, v)
+  gg = jax.jit(jax.grad(loss(lambda q, k, v: chunked_attention(q, k, v, slots, valid, chunk)),
+                        argnums=(0, 1, 2)))(q, k, v)
+  for a, b in zip(gg, gw):
+    assert float(jnp.abs(b).max()) > 1e-3  # gradients are not trivially zero
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5, rtol=0)
+
+
+def test_chunked_attention_compiles_to_less_memory():
+  """The point of chunking: XLA's temp buffers for T=2048 drop well below the [B, H, T, T] score size."""
+  B, T, H, K, Dh = 1, 2048, 4, 2, 16
+  q, k, v = (jnp.zeros((B, T, n, Dh)) for n in (H, K, K))
+  slots, valid = jnp.arange(T)[None], jnp.asarray([T])
+  temp = lambda f: jax.jit(f).lower(q, k, v).compile().memory_analysis().temp_size_in_bytes
+  scores = B * H * T * T * 4
+  full = temp(lambda q, k, v: attention(q, k, v, slots, valid))
+  chunked = temp(lambda q, k, v: chunked_attention(q, k, v, slots, valid, 128))
+  assert full >= scores and chunked < scores / 4, (full, chunked, scores)
+
+
+@pytest.mark.parametrize("chunk", [3, 8])
+def test_segment_attention_chunked_equals_whole_segments(chunk):
+  rng = np.random.default_rng(2)
+  n, H, K = 37, 2, 8
+  layout = SegmentLayout.from_cu_seqlens(np.array([0, 5, 5, 21, 37]))  # segments of 5, 16, 16 (one empty)
+  q, k, v = (jnp.asarray(rng.standard_normal((n, H, K)), jnp.float32) for _ in range(3))
+  idx, inv = jnp.asarray(layout.index), jnp.asarray(layout.inverse)
+  f = lambda c: (lambda q, k, v: segment_attention(q, k, v, idx, inv, K ** -0.5, c))
+  np.testing.assert_allclose(np.asarray(jax.jit(f(chunk))(q, k, v)), np.asarray(jax.jit(f(0))(q, k, v)),
+                             atol=1e-5, rtol=0)
+  w = jnp.asarray(rng.standard_normal((n, H, K)), jnp.float32)
+  grads = [jax.jit(jax.grad(lambda *a, c=c: jnp.sum(f(c)(*a) * w), argnums=(0, 1, 2)))(q, k, v)
+           for c in (chunk, 0)]
+  for a, b in zip(*grads):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5, rtol=0)
+
+
+def _batch(cfg):
+  rng = np.random.default_rng(0)
+  exs = [MemoryExample(rng.integers(0, 256, (4, 56, 56, 3), dtype=np.uint8),
+                       (0.1 * rng.standard_normal(16000 * 3)).astype(np.float32),
+                       ((4, rng.integers(0, 256, (40, 30, 3), dtype=np.uint8)),),
+                       {"<voice_5>": [{"start_time": "00:00", "end_time": "00:02", "asr": "hi"}]}, target="{}"),
+         MemoryExample(rng.integers(0, 256, (2, 56, 56, 3), dtype=np.uint8),
+                       (0.1 * rng.standard_normal(16000 * 2)).astype(np.float32), (), {}, target='{"a": []}')]
+  enc = [encode_example(e, "Memories?", ByteTokenizer(), TINY.chat_tokens(), PROC) for e in exs]
+  return collate(cfg, enc, 512), enc
+
+
+def test_thinker_and_sft_gradients_equal_with_chunked_attention():
+  """Same weights, LM + vision attention in blocks of 24 queries (video frames are 64 patches, the prompt ~430
+  tokens): logits, the SFT loss and every parameter gradient equal the unchunked model's."""
+  cfg = TINY.thinker_config()
+  batch, _ = _batch(cfg)
+  base = Thinker(cfg, rngs=nnx.Rngs(1))
+  chunked = Thinker(cfg.with_attention_chunk(24), rngs=nnx.Rngs(1))
+  assert chunked.cfg.text.attention_chunk == 24 and chunked.cfg.vision.attention_chunk == 24
+  assert max(batch.inputs.plans.vision.full.index.shape[1], int(batch.inputs.lengths.max())) > 24
+  @nnx.jit
+  def run(model, batch):  # one compilation per model: logits, SFT loss and its gradients
+    def f(m):
+      total, count = thinker_loss(m, batch.inputs, batch.labels, batch.weights, 64)
+      return total / count
+    return model.forward_inputs(batch.inputs)[0], nnx.value_and_grad(f)(model)
+
+  (want, (lw, gw)), (got, (lg, gg)) = run(base, batch), run(chunked, batch)
+  for b, n in enumerate(batch.inputs.lengths):
+    np.testing.assert_allclose(np.asarray(got)[b, :n], np.asarray(want)[b, :n], atol=1e-5, rtol=0)
+  np.testing.assert_allclose(float(lg), float(lw), rtol=1e-6)
+  leaves_w, leaves_g = jax.tree.leaves(gw), jax.tree.leaves(gg)
+  assert len(leaves_w) == len(leaves_g)
+  for a, b in zip(leaves_g, leaves_w):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5, rtol=0)
+
+
+def test_generation_with_chunked_prefill_matches():
+  """The chunked path also serves the KV-cache prefill: greedy continuations are token-identical."""
+  cfg = TINY.thinker_config()
+  batch, enc = _batch(cfg)
+  prompt = [dataclasses.replace(e, ids=e.ids[~e.loss_mask], loss_mask=e.loss_mask[~e.loss_mask]) for e in enc]
+  inputs = collate(cfg, prompt, 512).inputs
+  sc = SamplingConfig(max_new_tokens=5, greedy=True, length_buckets=(1024,))
+  a = generate(Thinker(cfg, rngs=nnx.Rngs(1)), inputs, sc)
+  b = generate(Thinker(cfg.with_attention_chunk(24), rngs=nnx.Rngs(1)), inputs, sc)
+  assert a.tokens == b.tokens
+  np.testing.assert_allclose(np.concatenate(b.logprobs), np.concatenate(a.logprobs), atol=1e-5)
