@@ -25,7 +25,7 @@ import numpy as np
 
 from m3jax.agent.observations import ClipMemories, ClipObservation
 from m3jax.agent.writers import (MEMORY_PROMPT, FallbackState, TemplateWriter, WriterOutputError, _known_ids_only,
-                                 parse_writer_output)
+                                 _mmss, parse_writer_output)
 from m3jax.models.omni.generate import generate
 from m3jax.models.omni.processor import MediaInputError, ProcessorConfig, sample_frame_indices
 from m3jax.models.omni.thinker import Thinker
@@ -39,11 +39,6 @@ class ClipMedia:
   audio: np.ndarray  # 16 kHz mono float32
   face_crops: Mapping[int, np.ndarray]  # face node id -> best RGB crop
   fps: float | None = None  # sampling rate of `frames` when it is not the processor's video_fps
-
-
-def _mmss(seconds: float) -> str:
-  s = max(0, int(seconds))
-  return f"{s // 60:02d}:{s % 60:02d}"
 
 
 def clip_example(clip: ClipObservation, media: ClipMedia) -> MemoryExample:
