@@ -13,6 +13,10 @@ need_apt=()
 command -v ffmpeg >/dev/null || need_apt+=(ffmpeg)
 command -v espeak-ng >/dev/null || need_apt+=(espeak-ng)
 command -v sox >/dev/null || need_apt+=(sox)
+if [ "${1:-demo}" = test ]; then          # test-only: the serve viewer test drives headless Chromium (selenium)
+  command -v chromium >/dev/null || need_apt+=(chromium)
+  command -v chromedriver >/dev/null || need_apt+=(chromium-driver)
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
@@ -21,7 +25,8 @@ fi
 mode=${1:-demo}
 stamp="$VENV/.m3jax-installed-$(sha1sum pyproject.toml | cut -c1-12)"
 [ "$mode" = test ] && stamp="$stamp-dev"
-if [ ! -f "$stamp" ]; then
+# a test install (runtime + dev dependencies) serves every other command too
+if [ ! -f "$stamp" ] && [ ! -f "$stamp-dev" ]; then
   [ -x "$VENV/bin/python" ] || $PY -m venv "$VENV"
   pip() { "$VENV/bin/python" -m pip "$@"; }
   pip install -q --upgrade pip

@@ -38,9 +38,9 @@ def _free_port() -> int:
 class Server:
   """uvicorn in a thread on a free 127.0.0.1 port; stopped (lifespan shutdown included) by `stop()`."""
 
-  def __init__(self, config: ServeConfig, keys: KeyRing = KEYS):
+  def __init__(self, config: ServeConfig, keys: KeyRing = KEYS, policy=None):
     port = _free_port()
-    self.app = create_app(config, keys)
+    self.app = create_app(config, keys, policy)
     self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=port, log_level="error"))
     self.thread = threading.Thread(target=self.server.run, daemon=True)
     self.thread.start()

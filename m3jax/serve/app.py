@@ -2,7 +2,9 @@
 
 Every /v1 route needs an API key (`Authorization: Bearer KEY` or `X-API-Key: KEY`) and sees only its tenant's
 spaces. Errors are JSON `{"error": message}` with a 4xx status naming the problem: 400 malformed JSON, 401 bad
-key, 404 unknown space/job/clip/node, 409 conflicts, 413 too large, 422 invalid fields or unusable media.
+key, 404 unknown space/job/clip/node, 409 conflicts, 413 too large, 422 invalid fields or unusable media (unknown
+fields and ids beyond int32 included). Every route documents its error statuses in the OpenAPI spec, and
+tests/test_serve_schema.py fuzzes the spec with schemathesis.
 """
 
 
@@ -10,14 +12,16 @@ import asyncio
 import contextlib
 import logging
 import pathlib
+import threading
 import time
 import uuid
-from typing import Annotated
+from typing import Annotated, Literal
 
-from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi import Depends, FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException
 
 from m3jax.memory.graph import FACE, REFERENCE_TYPE, VOICE
 from m3jax.memory.search import SearchError
@@ -27,46 +31,70 @@ from m3jax.serve.batching import Batcher
 from m3jax.serve.config import ServeConfig
 from m3jax.serve.jobs import JobRunner
 from m3jax.serve.limits import BodyLimit, Metrics
-from m3jax.serve.spaces import Space, SpaceError, SpaceStore
+from m3jax.serve.spaces import MAX_CLIP_ID, NAME_RE, Space, SpaceError, SpaceStore
 
 log = logging.getLogger("m3jax.serve")
 VIEWER = pathlib.Path(__file__).with_name("viewer.html")
 VIDEO_SUFFIXES = (".mp4", ".mkv", ".webm", ".mov", ".avi")
+VIDEO_NAME = r"(?i)^[^/]+\.(mp4|mkv|webm|mov|avi)$"           # a file name (not a path) with a video suffix
+MAX_ID = MAX_CLIP_ID                    # clip and node ids are int32 on device: larger ones are refused (422)
+UPLOAD_BODY = {"requestBody": {"required": True, "description": "the video file's bytes (streamed to disk)",
+                               "content": {"application/octet-stream": {"schema": {"type": "string",
+                                                                                   "format": "binary"}}}}}
 
 
 class SpaceIn(BaseModel):
-  name: str = Field(min_length=1, max_length=64)
-  kind: str = "clips"
+  model_config = ConfigDict(extra="forbid")          # unknown fields are refused (422), not silently dropped
+  name: str = Field(min_length=1, max_length=64, pattern=NAME_RE.pattern)
+  kind: Literal["clips", "video"] = "clips"
+
+
+Memory = Annotated[str, Field(min_length=1, pattern=r"\S")]      # not empty, not only white space
 
 
 class ClipIn(BaseModel):
-  clip_id: int | None = Field(default=None, ge=0)
-  episodic: list[str] = Field(default_factory=list)
-  semantic: list[str] = Field(default_factory=list)
+  model_config = ConfigDict(extra="forbid")
+  clip_id: int | None = Field(default=None, ge=0, le=MAX_ID)
+  episodic: list[Memory] = Field(default_factory=list)
+  semantic: list[Memory] = Field(default_factory=list)
 
 
 class Question(BaseModel):
+  """One question (answered alone, or as one of a batch)."""
+  model_config = ConfigDict(extra="forbid")
   question: str = Field(min_length=1, max_length=4000)
-  before_clip: int | None = Field(default=None, ge=0)
+  before_clip: int | None = Field(default=None, ge=0, le=MAX_ID)
 
 
-class AskIn(BaseModel):
-  """Either one `question` (with optional `before_clip`) or a batch in `questions`."""
-  question: str | None = Field(default=None, min_length=1, max_length=4000)
-  before_clip: int | None = Field(default=None, ge=0)
-  questions: list[Question] | None = None
+class Questions(BaseModel):
+  """A batch of questions, answered together."""
+  model_config = ConfigDict(extra="forbid")
+  questions: list[Question] = Field(min_length=1)
 
-  @model_validator(mode="after")
-  def _one_form(self):
-    if (self.question is None) == (self.questions is None):
-      raise ValueError("give either `question` or `questions`")
-    if self.questions is not None and not self.questions:
-      raise ValueError("`questions` is empty")
-    return self
+
+AskIn = Question | Questions                      # `{"question": ...}` or `{"questions": [...]}`, never both
 
 
 class IngestIn(BaseModel):
+  model_config = ConfigDict(extra="forbid")
   path: str = Field(min_length=1, max_length=1024)
+
+
+class ErrorOut(BaseModel):
+  """Every error answer: a message naming the problem (and the invalid fields for 400/422)."""
+  error: str
+  detail: list[dict] | None = None
+
+
+_ERROR_TEXT = {400: "malformed JSON, or a body that is not a JSON object", 401: "missing or invalid API key",
+               403: "the operation is disabled by the server's configuration",
+               404: "unknown space, job, clip or node", 409: "conflicts with the space's state",
+               413: "request too large", 422: "invalid fields or unusable media"}
+
+
+def _errors(*codes: int) -> dict:
+  """OpenAPI `responses` for the error statuses a route can answer (every route may answer 413: body limit)."""
+  return {c: {"model": ErrorOut, "description": _ERROR_TEXT[c]} for c in sorted({413, *codes})}
 
 
 def _embedder(config: ServeConfig):
@@ -79,19 +107,41 @@ def _embedder(config: ServeConfig):
   return HashedBowEmbedder.from_json(config.embedder)
 
 
-def _error(status: int, message: str, **extra) -> JSONResponse:
-  return JSONResponse({"error": message, **extra}, status_code=status)
+def _error(status: int, message: str, headers: dict | None = None, **extra) -> JSONResponse:
+  return JSONResponse({"error": message, **extra}, status_code=status, headers=headers)
 
 
-def create_app(config: ServeConfig, keys: KeyRing | None = None) -> FastAPI:
-  """The app; `keys` defaults to the configured key file and environment variable."""
+def create_app(config: ServeConfig, keys: KeyRing | None = None, policy=None) -> FastAPI:
+  """The app; `keys` defaults to the configured key file and environment variable. `policy`, when given, is the
+  control agent's policy (an `m3jax.agent.policy.Policy`, e.g. one served elsewhere) and overrides
+  `config.answerer`."""
   keys = keys if keys is not None else KeyRing.load(config.keys_file, config.keys_env)
   if not len(keys):
     raise ValueError("no API keys configured: create one with `python serve.py --config ... add-key TENANT`")
-  cache = SharedEmbedCache(_embedder(config))
+  embedder = _embedder(config)
+  cache = SharedEmbedCache(embedder)
+  warm = threading.Event()
+
+  def warm_up() -> None:
+    try:
+      embedder.warmup(config.warmup_lengths, config.max_batch)
+    except Exception:
+      log.exception("embedder warm-up failed; its shapes compile on first use")
+    finally:
+      warm.set()
+
+  if config.warmup_lengths and hasattr(embedder, "warmup"):
+    # WHY in the background: start-up stays fast; until `warm`, a batch of a new shape compiles it on the spot
+    threading.Thread(target=warm_up, name="m3jax-warmup", daemon=True).start()
+  else:
+    warm.set()
   store = SpaceStore(config.data_dir, config.graph, config.search, cache, config.snapshot_every)
-  answer = (ControllerAnswerer.from_llm(config.llm, config.max_new_tokens, config.max_rounds)
-            if config.answerer == "controller" else RetrievalAnswerer(cache))
+  if policy is not None:
+    answer = ControllerAnswerer(policy, config.max_rounds)
+  elif config.answerer == "controller":
+    answer = ControllerAnswerer.from_llm(config.llm, config.max_new_tokens, config.max_rounds)
+  else:
+    answer = RetrievalAnswerer(cache)
   batcher = Batcher(answer, config.max_batch, config.max_wait_ms / 1000)
   jobs = JobRunner(store, batcher, config.job_yield_ms / 1000)
   metrics = Metrics()
@@ -112,6 +162,10 @@ def create_app(config: ServeConfig, keys: KeyRing | None = None) -> FastAPI:
   @app.exception_handler(SpaceError)
   async def _space_error(_req, e: SpaceError):
     return _error(e.status, str(e))
+
+  @app.exception_handler(HTTPException)            # unknown routes, wrong methods, unparseable bodies
+  async def _http_error(_req, e: HTTPException):
+    return _error(e.status_code, str(e.detail), headers=e.headers)
 
   @app.exception_handler(SearchError)
   async def _search_error(_req, e: SearchError):
@@ -155,11 +209,12 @@ def create_app(config: ServeConfig, keys: KeyRing | None = None) -> FastAPI:
   SpaceDep = Annotated[Space, Depends(space_of)]
 
   # ------------------------------------------------------------------------------------------- service
-  @app.get("/healthz")
+  @app.get("/healthz", responses=_errors())
   def healthz() -> dict:
-    return {"status": "ok", "spaces_loaded": store.num_loaded, "pending_questions": batcher.pending}
+    return {"status": "ok", "spaces_loaded": store.num_loaded, "pending_questions": batcher.pending,
+            "warm": warm.is_set()}
 
-  @app.get("/metrics", response_class=PlainTextResponse)
+  @app.get("/metrics", response_class=PlainTextResponse, responses=_errors())
   def metrics_text() -> str:
     return metrics.render(batcher)
 
@@ -168,34 +223,33 @@ def create_app(config: ServeConfig, keys: KeyRing | None = None) -> FastAPI:
     return FileResponse(VIEWER, media_type="text/html")
 
   # -------------------------------------------------------------------------------------------- spaces
-  @app.post("/v1/spaces", status_code=201)
+  @app.post("/v1/spaces", status_code=201, responses=_errors(400, 401, 409, 422))
   def create_space(body: SpaceIn, who: Tenant) -> dict:
     return store.create(who, body.name, body.kind).summary()
 
-  @app.get("/v1/spaces")
+  @app.get("/v1/spaces", responses=_errors(401, 422))
   def list_spaces(who: Tenant) -> dict:
     return {"spaces": [s.summary() for s in store.list(who)]}
 
-  @app.get("/v1/spaces/{space_id}")
+  @app.get("/v1/spaces/{space_id}", responses=_errors(401, 404, 422))
   def get_space(space: SpaceDep) -> dict:
     return space.summary()
 
-  @app.delete("/v1/spaces/{space_id}", status_code=204)
+  @app.delete("/v1/spaces/{space_id}", status_code=204, responses=_errors(401, 404, 409, 422))
   def delete_space(space: SpaceDep) -> Response:
     store.delete(space.tenant, space.id)
     return Response(status_code=204)
 
-  @app.post("/v1/spaces/{space_id}/clips", status_code=201)
+  @app.post("/v1/spaces/{space_id}/clips", status_code=201, responses=_errors(400, 401, 404, 409, 422))
   def add_clip(body: ClipIn, space: SpaceDep) -> dict:
     if len(body.episodic) + len(body.semantic) > config.max_memories_per_clip:
       raise SpaceError(f"at most {config.max_memories_per_clip} memories per clip", 413)
     return store.add_clip(space, body.episodic, body.semantic, body.clip_id)
 
   # ------------------------------------------------------------------------------------------------ ask
-  @app.post("/v1/spaces/{space_id}/ask")
+  @app.post("/v1/spaces/{space_id}/ask", responses=_errors(400, 401, 404, 422))
   async def ask(body: AskIn, space: SpaceDep) -> dict:
-    qs = [Question(question=body.question, before_clip=body.before_clip)] if body.questions is None else \
-        body.questions
+    qs = body.questions if isinstance(body, Questions) else [body]
     if len(qs) > config.max_questions_per_request:
       raise SpaceError(f"at most {config.max_questions_per_request} questions per request", 413)
     start = time.perf_counter()
@@ -203,11 +257,11 @@ def create_app(config: ServeConfig, keys: KeyRing | None = None) -> FastAPI:
     answers = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
     metrics.observe_ask(len(qs), time.perf_counter() - start)
     out = [{"question": q.question, "before_clip": q.before_clip, **a} for q, a in zip(qs, answers)]
-    return out[0] if body.questions is None else {"answers": out}
+    return {"answers": out} if isinstance(body, Questions) else out[0]
 
   # ------------------------------------------------------------------------------------------------ read
-  @app.get("/v1/spaces/{space_id}/characters")
-  def characters(space: SpaceDep, before_clip: Annotated[int | None, Query(ge=0)] = None) -> dict:
+  @app.get("/v1/spaces/{space_id}/characters", responses=_errors(401, 404, 422))
+  def characters(space: SpaceDep, before_clip: Annotated[int | None, Query(ge=0, le=MAX_ID)] = None) -> dict:
     with space.lock:
       g = space.graph
       chars = g.characters(before_clip)
@@ -218,8 +272,8 @@ def create_app(config: ServeConfig, keys: KeyRing | None = None) -> FastAPI:
                      "transcripts": [t for i in ids if g.kind(i) == VOICE for t in g.contents[i][:5]]}
       return {"characters": out}
 
-  @app.get("/v1/spaces/{space_id}/clips/{clip_id}")
-  def clip(space: SpaceDep, clip_id: int) -> dict:
+  @app.get("/v1/spaces/{space_id}/clips/{clip_id}", responses=_errors(401, 404, 422))
+  def clip(space: SpaceDep, clip_id: Annotated[int, Path(ge=0, le=MAX_ID)]) -> dict:
     with space.lock:
       g = space.graph
       if clip_id not in g.clip_texts:
@@ -229,8 +283,8 @@ def create_app(config: ServeConfig, keys: KeyRing | None = None) -> FastAPI:
                "text": g.text_of(s)} for s in slots]
       return {"clip_id": clip_id, "memories": mems}
 
-  @app.get("/v1/spaces/{space_id}/nodes/{node_id}")
-  def node(space: SpaceDep, node_id: int) -> dict:
+  @app.get("/v1/spaces/{space_id}/nodes/{node_id}", responses=_errors(401, 404, 422))
+  def node(space: SpaceDep, node_id: Annotated[int, Path(ge=0, le=MAX_ID)]) -> dict:
     with space.lock:
       g = space.graph
       if not 0 <= node_id < g.next_node_id or g.kind(node_id) == 0:
@@ -241,14 +295,16 @@ def create_app(config: ServeConfig, keys: KeyRing | None = None) -> FastAPI:
         item["clip"] = int(g.node_clip.data[node_id])
       return item
 
-  @app.get("/v1/spaces/{space_id}/graph")
-  def graph(space: SpaceDep, before_clip: Annotated[int | None, Query(ge=0)] = None) -> dict:
+  @app.get("/v1/spaces/{space_id}/graph", responses=_errors(401, 404, 422))
+  def graph(space: SpaceDep, before_clip: Annotated[int | None, Query(ge=0, le=MAX_ID)] = None) -> dict:
     with space.lock:
       return space.graph.to_json(before_clip)
 
   # ---------------------------------------------------------------------------------------------- ingest
-  @app.put("/v1/spaces/{space_id}/videos", status_code=202)
-  async def upload_video(request: Request, space: SpaceDep, filename: Annotated[str, Query(max_length=128)]) -> dict:
+  @app.put("/v1/spaces/{space_id}/videos", status_code=202, responses=_errors(401, 404, 409, 422),
+           openapi_extra=UPLOAD_BODY)
+  async def upload_video(request: Request, space: SpaceDep, filename: Annotated[str, Query(
+      max_length=128, pattern=VIDEO_NAME, description=f"ends with one of {VIDEO_SUFFIXES}")]) -> dict:
     suffix = pathlib.PurePath(filename).suffix.lower()
     if suffix not in VIDEO_SUFFIXES:
       raise SpaceError(f"filename must end with one of {VIDEO_SUFFIXES}", 422)
@@ -274,7 +330,7 @@ def create_app(config: ServeConfig, keys: KeyRing | None = None) -> FastAPI:
       target.unlink(missing_ok=True)
       raise
 
-  @app.post("/v1/spaces/{space_id}/ingest", status_code=202)
+  @app.post("/v1/spaces/{space_id}/ingest", status_code=202, responses=_errors(400, 401, 403, 404, 409, 422))
   def ingest_local(body: IngestIn, space: SpaceDep) -> dict:
     if not allowed:
       raise SpaceError("ingesting local files is disabled (no allowed_dirs configured)", 403)
@@ -291,7 +347,7 @@ def create_app(config: ServeConfig, keys: KeyRing | None = None) -> FastAPI:
         return {"job_id": jobs.submit(space.tenant, space, full)}
     raise SpaceError(f"no file {body.path!r} under the allowed directories", 404)
 
-  @app.get("/v1/jobs/{job_id}")
+  @app.get("/v1/jobs/{job_id}", responses=_errors(401, 404, 422))
   def job(job_id: str, who: Tenant) -> dict:
     return store.job_get(who, job_id)
 

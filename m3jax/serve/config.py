@@ -30,6 +30,8 @@ class ServeConfig:
   allowed_dirs: tuple[str, ...] = ()      # local videos may be ingested only from under these directories
   snapshot_every: int = 64                # clips between graph snapshots (the SQLite clip log covers the rest)
   job_yield_ms: float = 200.0             # an ingest job waits up to this long for queued questions to drain
+  warmup_lengths: tuple[int, ...] = ()    # question token lengths whose embedder shapes (every batch bucket) are
+                                          # compiled in the background at start-up; /healthz says `warm` when done
   graph: GraphConfig = GraphConfig(text_dim=384, mode="paper")
   search: SearchConfig = SearchConfig(clip_topk=2, node_topk=20, threshold=0.5, backend="exact")
 
@@ -44,5 +46,7 @@ class ServeConfig:
       raise ValueError("ServeConfig.max_batch/max_questions_per_request must be >= 1 and max_wait_ms >= 0")
     if self.max_upload_mb <= 0 or self.max_body_kb <= 0 or self.snapshot_every < 1:
       raise ValueError("ServeConfig.max_upload_mb/max_body_kb/snapshot_every must be positive")
+    if any(n < 1 for n in self.warmup_lengths):
+      raise ValueError(f"ServeConfig.warmup_lengths must be positive token counts, got {self.warmup_lengths}")
     if self.embedder == "minilm" and self.graph.text_dim != 384:
       raise ValueError(f"the minilm embedder gives 384-d vectors; graph.text_dim is {self.graph.text_dim}")

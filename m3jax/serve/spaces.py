@@ -34,6 +34,7 @@ from m3jax.memory.store import GraphFormatError
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 ID_RE = re.compile(r"^[0-9a-f]{32}$")
 KINDS = ("clips", "video")
+MAX_CLIP_ID = 2**31 - 1                # clip ids are int32 on device
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS spaces (id TEXT PRIMARY KEY, tenant TEXT NOT NULL, name TEXT NOT NULL,
@@ -231,8 +232,8 @@ class SpaceStore:
       g = space.graph
       if clip_id is None:
         clip_id = g.max_clip + 1
-      if not isinstance(clip_id, int) or clip_id < 0:
-        raise SpaceError(f"clip_id must be a non-negative integer, got {clip_id!r}", 422)
+      if not isinstance(clip_id, int) or not 0 <= clip_id <= MAX_CLIP_ID:
+        raise SpaceError(f"clip_id must be an integer in 0..{MAX_CLIP_ID}, got {clip_id!r}", 422)
       if clip_id < g.max_clip:
         raise SpaceError(f"clip {clip_id} comes before clip {g.max_clip} already stored: clips are inserted in "
                          "time order", 409)
