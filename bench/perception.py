@@ -140,7 +140,8 @@ def main() -> None:
 
   ge2e_ratio = bench_ge2e(encoder, seg_audio, args.repeats)
   whisper_ratio = bench_whisper(transcriber, seg_audio, args.repeats) if transcriber is not None else float("nan")
-  print(f"RESULT realtime_factor={rtf:.2f} ge2e_ratio={ge2e_ratio:.2f} whisper_ratio={whisper_ratio:.2f}")
+  print(f"RESULT realtime_factor={rtf:.2f} ge2e_ratio={ge2e_ratio:.2f} whisper_ratio={whisper_ratio:.2f} "
+        f"load={os.getloadavg()[0]:.1f}")
 
 
 def bench_ge2e(encoder, segments: list[np.ndarray], repeats: int) -> float:

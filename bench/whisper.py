@@ -4,9 +4,12 @@
 
 Both sides get the shipped tiny.en weights (CTranslate2 file; the PyTorch model is built from the same tensors),
 the same ~8 espeak-ng segments (16 kHz via sox), the same prompt and greedy decoding, and the same CPU thread
-count (torch.set_num_threads = os.cpu_count(); XLA's CPU client uses all cores). Each side is timed end to end
+count (torch.set_num_threads = the CPUs this process may run on; XLA's CPU client uses the same, so
+`taskset -c 0 python bench/whisper.py` compares both on one core). Each side is timed end to end
 (audio → text, front end included) after one warm-up run; runs alternate and the best of `repeats` counts.
-Final line: `RESULT whisper_ratio=<transformers seconds / m3jax seconds> ...`.
+Process CPU seconds (all threads) of the best run are reported too, and the 1-minute load average at the end:
+on a shared machine wall times move with other work. Final line:
+`RESULT whisper_ratio=<transformers seconds / m3jax seconds> ... cpu_ratio=... load=...`.
 """
 
 from __future__ import annotations
@@ -46,16 +49,18 @@ def espeak_segments(n: int, out_dir: pathlib.Path) -> list[np.ndarray]:
   return waves
 
 
-def _best_times(fns: dict, repeats: int) -> tuple[dict[str, float], dict[str, list[str]]]:
+def _best_times(fns: dict, repeats: int) -> tuple[dict[str, tuple[float, float]], dict[str, list[str]]]:
   """Warm-up run of each (compilation / kernel selection), then `repeats` interleaved timed runs (so load changes
-  on a shared machine hit both sides alike); best time per side."""
+  on a shared machine hit both sides alike); per side the (wall, process CPU) seconds of its fastest run."""
   outputs = {name: fn() for name, fn in fns.items()}
-  best = {name: float("inf") for name in fns}
+  best = {name: (float("inf"), float("inf")) for name in fns}
   for _ in range(repeats):
     for name, fn in fns.items():
-      start = time.perf_counter()
+      start, cpu = time.perf_counter(), time.process_time()
       outputs[name] = fn()
-      best[name] = min(best[name], time.perf_counter() - start)
+      wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+      if wall < best[name][0]:
+        best[name] = (wall, cpu)
   return best, outputs
 
 
@@ -68,11 +73,11 @@ def run_whisper_bench(n_segments: int = 8, repeats: int = 2) -> dict[str, float]
   from m3jax.models.weights.ct2 import ct2_whisper_to_hf, read_ct2
   from m3jax.perception.asr import ENGLISH_PROMPT, Transcriber, shipped_model_dir
 
-  torch.set_num_threads(os.cpu_count() or 1)
+  torch.set_num_threads(len(os.sched_getaffinity(0)))
   with tempfile.TemporaryDirectory() as tmp:
     segments = espeak_segments(n_segments, pathlib.Path(tmp))
 
-  transcriber = Transcriber.load(max_batch=max(8, 1 << (n_segments - 1).bit_length()))
+  transcriber = Transcriber.load(max_batch=max(16, 1 << (n_segments - 1).bit_length()))  # one batch
   config, state = ct2_whisper_to_hf(read_ct2(shipped_model_dir())[1])
   hf = WhisperForConditionalGeneration(WhisperConfig(**config)).eval()
   hf.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in state.items()})
@@ -90,10 +95,11 @@ def run_whisper_bench(n_segments: int = 8, repeats: int = 2) -> dict[str, float]
             for row in out]
 
   best, texts = _best_times({"m3jax": lambda: transcriber.transcribe(segments), "hf": transformers_run}, repeats)
-  (t_m3, m3_texts), (t_hf, hf_texts) = (best["m3jax"], texts["m3jax"]), (best["hf"], texts["hf"])
+  ((t_m3, cpu_m3), m3_texts), ((t_hf, cpu_hf), hf_texts) = (best["m3jax"], texts["m3jax"]), (best["hf"], texts["hf"])
   audio_s = sum(s.size for s in segments) / 16000
-  return dict(whisper_ratio=t_hf / t_m3, m3jax_s=t_m3, transformers_s=t_hf, audio_s=audio_s,
-              segments=n_segments, same_text=sum(a == b for a, b in zip(m3_texts, hf_texts)))
+  return dict(whisper_ratio=t_hf / t_m3, m3jax_s=t_m3, transformers_s=t_hf, m3jax_cpu_s=cpu_m3,
+              transformers_cpu_s=cpu_hf, cpu_ratio=cpu_hf / cpu_m3, audio_s=audio_s, segments=n_segments,
+              same_text=sum(a == b for a, b in zip(m3_texts, hf_texts)), load=os.getloadavg()[0])
 
 
 def main() -> None:
@@ -102,10 +108,12 @@ def main() -> None:
   parser.add_argument("--repeats", type=int, default=2)
   args = parser.parse_args()
   r = run_whisper_bench(args.segments, args.repeats)
-  print(f"m3jax {r['m3jax_s']:.2f}s  transformers {r['transformers_s']:.2f}s  for {r['segments']} segments "
-        f"({r['audio_s']:.1f}s of audio); identical transcripts {r['same_text']}/{r['segments']}")
+  print(f"m3jax {r['m3jax_s']:.2f}s (cpu {r['m3jax_cpu_s']:.2f}s)  transformers {r['transformers_s']:.2f}s "
+        f"(cpu {r['transformers_cpu_s']:.2f}s)  for {r['segments']} segments ({r['audio_s']:.1f}s of audio); "
+        f"identical transcripts {r['same_text']}/{r['segments']}")
   print(f"RESULT whisper_ratio={r['whisper_ratio']:.2f} m3jax_s={r['m3jax_s']:.2f} "
-        f"transformers_s={r['transformers_s']:.2f} same_text={r['same_text']}/{r['segments']}")
+        f"transformers_s={r['transformers_s']:.2f} same_text={r['same_text']}/{r['segments']} "
+        f"cpu_ratio={r['cpu_ratio']:.2f} load={r['load']:.1f}")
 
 
 if __name__ == "__main__":

@@ -147,6 +147,10 @@ def test_transcripts_match_transformers_greedy(real, speech):
   texts = transcriber.transcribe([speech[0], speech[1], long])
   assert texts == [ref_texts[0], ref_texts[1], f"{ref_texts[2]} {ref_texts[2]}"]
   assert "lazy dog" in texts[1].lower() and "friday" in texts[2].lower()
+  # Three windows: the encoder runs on chunks of 2 and 1 rows, assembled into one 4-row cache (one idle row).
+  cache = transcriber.encode_to_cache(speech)
+  assert cache.cross_k[0].shape[0] == 4 and not np.asarray(cache.cross_k[0][3]).any()
+  assert transcriber.transcribe(speech) == ref_texts
 
 
 def test_empty_silent_and_corrupt_audio(real):

@@ -10,76 +10,129 @@ import json
 import pathlib
 from typing import Any, Mapping
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.sharding import Mesh
 
 from m3jax.models.weights.ct2 import ct2_whisper_to_hf, read_ct2
-from m3jax.models.whisper import Attention, Whisper, WhisperConfig
+from m3jax.models.whisper import CrossAttention, LayerNorm, MLP, SelfAttention, Whisper, WhisperConfig
+from m3jax.parallel import named_sharding
 
 
 class WhisperWeightsError(ValueError):
   """A weight is missing or has the wrong shape for the configured model."""
 
 
-def _put(param: nnx.Param, sd: Mapping[str, np.ndarray], key: str, used: set[str], transpose=None) -> None:
-  if key not in sd:
-    raise WhisperWeightsError(f"Whisper weights lack {key!r}")
-  value = np.asarray(sd[key], dtype=np.float32)
-  if transpose is not None:
-    value = value.transpose(transpose)
-  if value.shape != param.shape:
-    raise WhisperWeightsError(f"Whisper weight {key!r} has shape {value.shape}, model wants {param.shape}")
-  param.set_value(jnp.asarray(value, dtype=param.dtype))
-  used.add(key)
+def _place(param: nnx.Param, value: np.ndarray, key: str, mesh: Mesh | None) -> None:
+  if value.shape != tuple(param.shape):
+    raise WhisperWeightsError(f"Whisper weight {key!r} has shape {value.shape}, model wants {tuple(param.shape)}")
+  value = value.astype(param.dtype)
+  if mesh is None:
+    param.set_value(jnp.asarray(value))
+  else:
+    param.set_value(jax.device_put(value, named_sharding(mesh, param.get_metadata()["logical"], value.shape)))
 
 
-def _linear(lin: nnx.Linear, sd, key: str, used: set[str]) -> None:
-  _put(lin.kernel, sd, f"{key}.weight", used, (1, 0))
-  if lin.bias is not None:
-    _put(lin.bias, sd, f"{key}.bias", used)
+class _Reader:
+  """HF-named numpy tensors, checked for presence and shape, converted to the model's layouts."""
+
+  def __init__(self, sd: Mapping[str, np.ndarray], mesh: Mesh | None):
+    self.sd, self.mesh, self.used = sd, mesh, set()
+
+  def get(self, key: str) -> np.ndarray:
+    if key not in self.sd:
+      raise WhisperWeightsError(f"Whisper weights lack {key!r}")
+    self.used.add(key)
+    return np.asarray(self.sd[key], dtype=np.float32)
+
+  def put(self, param: nnx.Param, key: str, transform=None) -> None:
+    value = self.get(key)
+    if transform is not None:
+      try:
+        value = transform(value)
+      except ValueError as e:  # a reshape that does not fit: report the tensor, not numpy's message
+        raise WhisperWeightsError(f"Whisper weight {key!r} of shape {self.sd[key].shape} does not fit "
+                                  f"{tuple(param.shape)}") from e
+    _place(param, np.ascontiguousarray(value), key, self.mesh)
+
+  def layer_norm(self, norm: LayerNorm, key: str) -> None:
+    self.put(norm.scale, f"{key}.weight")
+    self.put(norm.bias, f"{key}.bias")
+
+  def no_k_bias(self, key: str) -> None:
+    """Whisper's k projection has no bias; a checkpoint that stores one must store zeros (CT2 does)."""
+    bias = self.sd.get(f"{key}.k_proj.bias")
+    if bias is not None:
+      if np.any(np.asarray(bias) != 0):
+        raise WhisperWeightsError(f"{key}.k_proj.bias is non-zero; Whisper's k projection has no bias")
+      self.used.add(f"{key}.k_proj.bias")
+
+  def self_attention(self, attn: SelfAttention, key: str) -> None:
+    h, dh = attn.heads, attn.head_dim
+    w = [self.get(f"{key}.{p}_proj.weight") for p in "qkv"]  # [out, in] each
+    if any(x.shape != w[0].shape for x in w) or w[0].shape[0] != h * dh:
+      raise WhisperWeightsError(f"{key} q/k/v weights have shapes {[x.shape for x in w]}, model wants "
+                                f"{(h * dh, attn.wqkv.shape[0])} each")
+    _place(attn.wqkv, np.ascontiguousarray(np.stack([x.T.reshape(-1, h, dh) for x in w], axis=1)), key, self.mesh)
+    self.no_k_bias(key)
+    self.put(attn.bq, f"{key}.q_proj.bias", lambda b: b.reshape(h, dh))
+    self.put(attn.bv, f"{key}.v_proj.bias", lambda b: b.reshape(h, dh))
+    self.put(attn.wo, f"{key}.out_proj.weight", lambda x: x.T.reshape(h, dh, -1))
+    self.put(attn.bo, f"{key}.out_proj.bias")
+
+  def cross_attention(self, attn: CrossAttention, key: str) -> None:
+    h, dh = attn.heads, attn.head_dim
+    self.put(attn.wq, f"{key}.q_proj.weight", lambda x: x.T.reshape(-1, h, dh))
+    self.put(attn.bq, f"{key}.q_proj.bias", lambda b: b.reshape(h, dh))
+    wk, wv = self.get(f"{key}.k_proj.weight"), self.get(f"{key}.v_proj.weight")
+    if wk.shape != wv.shape or wk.shape[0] != h * dh:
+      raise WhisperWeightsError(f"{key} k/v weights have shapes {wk.shape}, {wv.shape}; model wants "
+                                f"{(h * dh, attn.wkv.shape[0])} each")
+    _place(attn.wkv, np.ascontiguousarray(np.stack([x.T.reshape(-1, h, dh) for x in (wk, wv)], axis=1)), key,
+           self.mesh)
+    self.no_k_bias(key)
+    self.put(attn.bv, f"{key}.v_proj.bias", lambda b: b.reshape(h, dh))
+    self.put(attn.wo, f"{key}.out_proj.weight", lambda x: x.T.reshape(h, dh, -1))
+    self.put(attn.bo, f"{key}.out_proj.bias")
+
+  def mlp(self, mlp: MLP, key: str) -> None:
+    self.put(mlp.w1, f"{key}.fc1.weight", np.transpose)
+    self.put(mlp.b1, f"{key}.fc1.bias")
+    self.put(mlp.w2, f"{key}.fc2.weight", np.transpose)
+    self.put(mlp.b2, f"{key}.fc2.bias")
 
 
-def _layer_norm(norm: nnx.LayerNorm, sd, key: str, used: set[str]) -> None:
-  _put(norm.scale, sd, f"{key}.weight", used)
-  _put(norm.bias, sd, f"{key}.bias", used)
-
-
-def _attention(attn: Attention, sd, key: str, used: set[str]) -> None:
-  for name, sub in (("q", "q_proj"), ("k", "k_proj"), ("v", "v_proj"), ("out", "out_proj")):
-    _linear(getattr(attn, name), sd, f"{key}.{sub}", used)
-
-
-def load_state_dict(model: Whisper, sd: Mapping[str, np.ndarray]) -> Whisper:
-  """Copies an HF `WhisperForConditionalGeneration` state dict (numpy) into `model` in place."""
+def load_state_dict(model: Whisper, sd: Mapping[str, np.ndarray], mesh: Mesh | None = None) -> Whisper:
+  """Copies an HF `WhisperForConditionalGeneration` state dict (numpy) into `model` in place; with `mesh`, every
+  parameter is placed on the `NamedSharding` of its logical axes."""
   if not any(k.startswith("model.") for k in sd):  # WhisperModel checkpoints have no "model." prefix
     sd = {f"model.{k}": v for k, v in sd.items()}
-  used: set[str] = set()
+  r = _Reader(sd, mesh)
   enc, dec = model.encoder, model.decoder
   for conv in ("conv1", "conv2"):
-    _put(getattr(enc, conv).kernel, sd, f"model.encoder.{conv}.weight", used, (2, 1, 0))
-    _put(getattr(enc, conv).bias, sd, f"model.encoder.{conv}.bias", used)
-  _put(enc.positions, sd, "model.encoder.embed_positions.weight", used)
-  _layer_norm(enc.norm, sd, "model.encoder.layer_norm", used)
+    r.put(getattr(enc, conv).kernel, f"model.encoder.{conv}.weight", lambda w: w.transpose(2, 1, 0))
+    r.put(getattr(enc, conv).bias, f"model.encoder.{conv}.bias")
+  r.put(enc.positions, "model.encoder.embed_positions.weight")
+  r.layer_norm(enc.norm, "model.encoder.layer_norm")
   for i, layer in enumerate(enc.layers):
     p = f"model.encoder.layers.{i}"
-    _attention(layer.attn, sd, f"{p}.self_attn", used)
-    _layer_norm(layer.attn_norm, sd, f"{p}.self_attn_layer_norm", used)
-    _linear(layer.mlp.fc1, sd, f"{p}.fc1", used)
-    _linear(layer.mlp.fc2, sd, f"{p}.fc2", used)
-    _layer_norm(layer.mlp_norm, sd, f"{p}.final_layer_norm", used)
-  _put(dec.embed, sd, "model.decoder.embed_tokens.weight", used)
-  _put(dec.positions, sd, "model.decoder.embed_positions.weight", used)
-  _layer_norm(dec.norm, sd, "model.decoder.layer_norm", used)
+    r.self_attention(layer.attn, f"{p}.self_attn")
+    r.layer_norm(layer.attn_norm, f"{p}.self_attn_layer_norm")
+    r.mlp(layer.mlp, p)
+    r.layer_norm(layer.mlp_norm, f"{p}.final_layer_norm")
+  r.put(dec.embed, "model.decoder.embed_tokens.weight")
+  r.put(dec.positions, "model.decoder.embed_positions.weight")
+  r.layer_norm(dec.norm, "model.decoder.layer_norm")
   for i, layer in enumerate(dec.layers):
     p = f"model.decoder.layers.{i}"
-    _attention(layer.self_attn, sd, f"{p}.self_attn", used)
-    _layer_norm(layer.self_norm, sd, f"{p}.self_attn_layer_norm", used)
-    _attention(layer.cross_attn, sd, f"{p}.encoder_attn", used)
-    _layer_norm(layer.cross_norm, sd, f"{p}.encoder_attn_layer_norm", used)
-    _linear(layer.mlp.fc1, sd, f"{p}.fc1", used)
-    _linear(layer.mlp.fc2, sd, f"{p}.fc2", used)
-    _layer_norm(layer.mlp_norm, sd, f"{p}.final_layer_norm", used)
+    r.self_attention(layer.self_attn, f"{p}.self_attn")
+    r.layer_norm(layer.self_norm, f"{p}.self_attn_layer_norm")
+    r.cross_attention(layer.cross_attn, f"{p}.encoder_attn")
+    r.layer_norm(layer.cross_norm, f"{p}.encoder_attn_layer_norm")
+    r.mlp(layer.mlp, p)
+    r.layer_norm(layer.mlp_norm, f"{p}.final_layer_norm")
   if "proj_out.weight" in sd and not np.array_equal(sd["proj_out.weight"], sd["model.decoder.embed_tokens.weight"]):
     raise WhisperWeightsError("untied proj_out.weight is not supported (Whisper ties it to the token embedding)")
   return model
@@ -114,9 +167,10 @@ def read_whisper_checkpoint(path: str | pathlib.Path) -> tuple[dict[str, Any], d
   raise FileNotFoundError(f"{path} is neither a CTranslate2 model (model.bin) nor an HF Whisper dir (config.json)")
 
 
-def load_whisper(path: str | pathlib.Path, **config_overrides) -> Whisper:
-  """Builds a `Whisper` from a checkpoint directory; `config_overrides` set e.g. `compute_dtype`."""
+def load_whisper(path: str | pathlib.Path, mesh: Mesh | None = None, **config_overrides) -> Whisper:
+  """Builds a `Whisper` from a checkpoint directory (its parameters sharded over `mesh` if given);
+  `config_overrides` set e.g. `compute_dtype`."""
   hf_config, sd = read_whisper_checkpoint(path)
   cfg = WhisperConfig.from_hf(hf_config, **config_overrides)
   model = nnx.eval_shape(lambda: Whisper(cfg, nnx.Rngs(0)))
-  return load_state_dict(model, sd)
+  return load_state_dict(model, sd, mesh)
