@@ -52,3 +52,17 @@ def tiny_dirs(tmp_path_factory):
   return out
 
 
+
+
+@pytest.fixture(scope="session")
+def tiny_whisper_dir(tmp_path_factory):
+  """A tiny random HF Whisper directory whose sizes also divide the test mesh (d_model 32 / fsdp 4, heads 4 /
+  tensor 2, vocab 96 / 2)."""
+  torch.manual_seed(0)
+  config = transformers.WhisperConfig(
+      vocab_size=96, num_mel_bins=16, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+      decoder_attention_heads=4, encoder_ffn_dim=48, decoder_ffn_dim=48, max_source_positions=30,
+      max_target_positions=24, pad_token_id=1, bos_token_id=2, eos_token_id=1, decoder_start_token_id=2)
+  path = tmp_path_factory.mktemp("tiny_whisper")
+  transformers.WhisperForConditionalGeneration(config).eval().save_pretrained(path)
+  return path

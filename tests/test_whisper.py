@@ -1,6 +1,5 @@
 """Whisper in Flax vs transformers: logits (tiny random + real tiny.en), log-mels, greedy transcripts, bad input."""
 
-import pathlib
 import subprocess
 
 import jax
@@ -70,21 +69,9 @@ def real():
   return Transcriber.load(), _hf_model(config, state)
 
 
-@pytest.fixture(scope="session")
-def tiny_dir(tmp_path_factory) -> pathlib.Path:
-  torch.manual_seed(0)
-  config = HFConfig(vocab_size=96, num_mel_bins=16, d_model=32, encoder_layers=2, decoder_layers=2,
-                    encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=48, decoder_ffn_dim=48,
-                    max_source_positions=30, max_target_positions=24, pad_token_id=1, bos_token_id=2,
-                    eos_token_id=1, decoder_start_token_id=2)
-  path = tmp_path_factory.mktemp("tiny_whisper")
-  WhisperForConditionalGeneration(config).eval().save_pretrained(path)
-  return path
-
-
-def test_tiny_random_logits_and_ragged_cache(tiny_dir):
-  hf = WhisperForConditionalGeneration.from_pretrained(tiny_dir).eval()
-  model = load_whisper(tiny_dir)
+def test_tiny_random_logits_and_ragged_cache(tiny_whisper_dir):
+  hf = WhisperForConditionalGeneration.from_pretrained(tiny_whisper_dir).eval()
+  model = load_whisper(tiny_whisper_dir)
   rng = np.random.RandomState(0)
   feats = rng.randn(2, 16, 60).astype(np.float32)
   tokens = rng.randint(0, 96, (2, 9))
@@ -183,13 +170,13 @@ def test_ct2_reader_errors(tmp_path):
     ct2_whisper_to_hf({k: v for k, v in tensors.items() if not k.startswith("encoder/conv1")})
 
 
-def test_hf_dir_shape_mismatch(tiny_dir, tmp_path):
+def test_hf_dir_shape_mismatch(tiny_whisper_dir, tmp_path):
   from safetensors.numpy import load_file, save_file
 
-  state = load_file(str(tiny_dir / "model.safetensors"))
+  state = load_file(str(tiny_whisper_dir / "model.safetensors"))
   state["model.decoder.embed_positions.weight"] = state["model.decoder.embed_positions.weight"][:5]
   save_file(state, str(tmp_path / "model.safetensors"))
-  (tmp_path / "config.json").write_text((tiny_dir / "config.json").read_text())
+  (tmp_path / "config.json").write_text((tiny_whisper_dir / "config.json").read_text())
   with pytest.raises(WhisperWeightsError, match="embed_positions"):
     load_whisper(tmp_path)
 

@@ -9,11 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import soundfile as sf
-import torch
 from flax import nnx
 from jax.sharding import PartitionSpec as P
-from transformers import WhisperConfig as HFConfig
-from transformers import WhisperForConditionalGeneration
 
 from m3jax.models.decoder import logical_axes
 from m3jax.models.sampling import Sampler, SamplingConfig
@@ -23,34 +20,21 @@ from m3jax.perception.asr import Transcriber
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-  """A tiny random Whisper whose sizes divide the mesh (d_model 32 / fsdp 4, heads 4 / tensor 2, vocab 96 / 2)."""
-  torch.manual_seed(0)
-  config = HFConfig(vocab_size=96, num_mel_bins=16, d_model=32, encoder_layers=2, decoder_layers=2,
-                    encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=48, decoder_ffn_dim=48,
-                    max_source_positions=30, max_target_positions=24, pad_token_id=1, bos_token_id=2,
-                    eos_token_id=1, decoder_start_token_id=2)
-  path = tmp_path_factory.mktemp("tiny_whisper_sharded")
-  WhisperForConditionalGeneration(config).eval().save_pretrained(path)
-  return path
-
-
-@pytest.fixture(scope="module")
 def mesh():
   assert len(jax.devices()) >= 8, "conftest.py sets --xla_force_host_platform_device_count=8"
   return make_mesh(data=1, fsdp=4, tensor=2)
 
 
-def test_every_parameter_has_logical_axes(tiny_dir):
-  model = load_whisper(tiny_dir)
+def test_every_parameter_has_logical_axes(tiny_whisper_dir):
+  model = load_whisper(tiny_whisper_dir)
   names = jax.tree.leaves(logical_axes(model), is_leaf=lambda x: isinstance(x, tuple))
   params = jax.tree.leaves(nnx.state(model, nnx.Param))
   assert len(names) == len(params) > 50
   assert all(isinstance(n, tuple) and len(n) == p.ndim for n, p in zip(names, params))
 
 
-def test_sharded_forward_and_greedy_decode_equal_single_device(tiny_dir, mesh):
-  single, sharded = load_whisper(tiny_dir), load_whisper(tiny_dir, mesh=mesh)
+def test_sharded_forward_and_greedy_decode_equal_single_device(tiny_whisper_dir, mesh):
+  single, sharded = load_whisper(tiny_whisper_dir), load_whisper(tiny_whisper_dir, mesh=mesh)
   layer = sharded.encoder.layers[0]
   assert layer.attn.wqkv[...].sharding.spec == P("fsdp", None, "tensor", None)
   assert layer.mlp.w1[...].sharding.spec == P("fsdp", "tensor")
