@@ -2,7 +2,7 @@
 `Qwen2_5OmniThinkerForConditionalGeneration`, same tiny config, same weights, same batch (video + audio-in-video +
 face image + text, loss on the target tokens only).
 
-  python bench/sft_step.py [--steps 5] [--batch 2] [--hidden 64] [--layers 2]
+  python bench/sft_step.py [--steps 5] [--batch 2] [--hidden 64] [--layers 2] [--attention-chunk 128]
 
 Both are timed after a warm-up step (compilation excluded); tokens = real (unpadded) tokens per step.
 Final line: `RESULT sft_step_ratio=<m3jax tokens/s / torch tokens/s> m3jax_tok_s=... torch_tok_s=...`.
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 import jax
@@ -59,6 +60,8 @@ def main() -> None:
   ap.add_argument("--batch", type=int, default=2)
   ap.add_argument("--hidden", type=int, default=64)
   ap.add_argument("--layers", type=int, default=2)
+  # query blocks of 128 keep each block's scores in cache (flash-style, like torch's SDPA kernel); 0 = one block
+  ap.add_argument("--attention-chunk", type=int, default=128)
   args = ap.parse_args()
   jax.config.update("jax_default_matmul_precision", "highest")
   import torch
@@ -71,7 +74,7 @@ def main() -> None:
   from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import Qwen2_5OmniThinkerForConditionalGeneration
 
   tiny = TinyThinker(hidden=args.hidden, layers=args.layers)
-  cfg = tiny.thinker_config()
+  cfg = tiny.thinker_config().with_attention_chunk(args.attention_chunk)
   proc = ProcessorConfig(video_min_pixels=28 * 28, video_max_pixels=112 * 112, image_min_pixels=28 * 28,
                          image_max_pixels=56 * 56)
   enc = [encode_example(_example(i), "Write the memories as JSON.", ByteTokenizer(), tiny.chat_tokens(), proc)
@@ -135,7 +138,8 @@ def main() -> None:
     times["torch"].append(time.perf_counter() - t)
   tps = {k: tokens / float(np.median(v)) for k, v in times.items()}
   print(f"RESULT sft_step_ratio={tps['m3jax'] / tps['torch']:.2f} m3jax_tok_s={tps['m3jax']:.1f} "
-        f"torch_tok_s={tps['torch']:.1f} tokens_per_step={tokens} steps={args.steps}")
+        f"torch_tok_s={tps['torch']:.1f} tokens_per_step={tokens} steps={args.steps} "
+        f"attention_chunk={args.attention_chunk} load={os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -308,12 +308,34 @@ def attention(q: Float[Array, "B T H Dh"], k: Float[Array, "B S K Dh"], v: Float
   return out.reshape(B, T, H, Dh).astype(q.dtype)
 
 
+def grouped_attention(q: Float[Array, "B T H Dh"], k: Float[Array, "B S K Dh"], v: Float[Array, "B S K Dh"],
+                      q_slots: Int[Array, "B T"], valid_len: Int[Array, "B"]) -> Float[Array, "B T H Dh"]:
+  """`attention` with each kv head's query group laid out as one [G*T, Dh] block per (batch, kv head), so both
+  products are plain batched matmuls. On XLA:CPU a training block runs 1.3-1.6x faster than `attention`'s layout
+  (forward and backward); the result differs only by float rounding order (which, over the 30 layers of a real
+  model, moves f32 logits a few 1e-5 — so the decode/prefill path keeps `attention`)."""
+  B, T, H, Dh = q.shape
+  S, K = k.shape[1], k.shape[2]
+  G = H // K
+  qt = q.reshape(B, T, K, G, Dh).transpose(0, 2, 3, 1, 4).reshape(B, K, G * T, Dh)
+  kt, vt = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, K, S, Dh]
+  scores = jnp.einsum("bkqd,bksd->bkqs", qt, kt, preferred_element_type=jnp.float32) * (Dh ** -0.5)
+  s_idx = jnp.arange(S)
+  mask = (s_idx[None, None, :] <= q_slots[:, :, None]) & (s_idx[None, None, :] < valid_len[:, None, None])
+  scores = jnp.where(mask[:, None, None], scores.reshape(B, K, G, T, S), jnp.finfo(jnp.float32).min)
+  probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype).reshape(B, K, G * T, S)
+  out = jnp.einsum("bkqs,bksd->bkqd", probs, vt, preferred_element_type=jnp.float32)
+  return out.reshape(B, K, G, T, Dh).transpose(0, 3, 1, 2, 4).reshape(B, T, H, Dh).astype(q.dtype)
+
+
 def chunked_attention(q: Float[Array, "B T H Dh"], k: Float[Array, "B S K Dh"], v: Float[Array, "B S K Dh"],
                       q_slots: Int[Array, "B T"], valid_len: Int[Array, "B"], chunk: int) -> Float[Array, "B T H Dh"]:
-  """`attention` over blocks of `chunk` queries (lax.map), each block rematerialised in the backward pass.
+  """`grouped_attention` over blocks of `chunk` queries (lax.map), each block rematerialised in the backward pass.
 
   Peak score memory is [B, H, chunk, S] instead of [B, H, T, S] (a 10k-token multimodal prompt at 28 heads would
   be 11 GB of f32 scores), forward and backward; every query row's softmax is the same computation as unchunked.
+  Blocks also keep each block's scores in cache: with chunk 128 the tiny-thinker SFT step runs ~1.3x faster on
+  CPU than one block.
   """
   B, T, H, Dh = q.shape
   n = -(-T // chunk)
@@ -322,7 +344,7 @@ def chunked_attention(q: Float[Array, "B T H Dh"], k: Float[Array, "B S K Dh"], 
   sp = jnp.pad(q_slots, ((0, 0), (0, pad)), mode="edge")  # padded queries are computed and dropped
   qb = qp.reshape(B, n, chunk, H, Dh).swapaxes(0, 1)
   sb = sp.reshape(B, n, chunk).swapaxes(0, 1)
-  block = jax.checkpoint(lambda xs: attention(xs[0], k, v, xs[1], valid_len))
+  block = jax.checkpoint(lambda xs: grouped_attention(xs[0], k, v, xs[1], valid_len))
   out = jax.lax.map(block, (qb, sb))  # [n, B, chunk, H, Dh]
   return out.swapaxes(0, 1).reshape(B, n * chunk, H, Dh)[:, :T]
 
