@@ -167,7 +167,7 @@ def json_string_lists(keys: tuple[str, ...], max_ws: int = 12) -> ByteDFA:
 def prefixed_line(prefixes: tuple[str, ...]) -> ByteDFA:
   """The automaton of one of `prefixes` followed by a non-empty line: the first byte after the prefix is not
   whitespace, no control bytes but tab, and a newline ends the text (so does a stop token, once a byte was
-  written). The control protocol's `Action: [Search]\nContent: query` is such a text."""
+  written). The control protocol's `Action: [Search]\\nContent: query` is such a text."""
   if not prefixes:
     raise ValueError("prefixed_line needs at least one prefix")
   g = _Builder(max_ws=0)
