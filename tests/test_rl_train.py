@@ -14,16 +14,21 @@ def _lines(path):
 
 
 def test_rl_train_writes_outputs_and_resumes_exactly(tmp_path):
+  """With a one-step warm start (logged as step 0), which a resumed run does not repeat."""
   out = tmp_path / "run"
-  assert train.main(["rl", "--config", "configs/rl_tiny.py", "--set", f"out_dir={out}", *FAST]) == 0
+  args = ["rl", "--config", "configs/rl_tiny.py", "--set", f"out_dir={out}", *FAST, "--set", "warm_start_steps=1",
+          "--set", "warm_start_questions=2"]
+  assert train.main(args) == 0
   full = _lines(out / "metrics.jsonl")
-  assert [r["step"] for r in full] == [1, 2]
+  assert [r["step"] for r in full] == [0, 1, 2] and full[0]["warm/tokens"] > 0
+  full = full[1:]
   assert (out / "curves.png").stat().st_size > 0 and any((out / "tb").iterdir())
   assert all(r["train/skipped"] == 0 for r in full) and full[1]["rollout/generated_tokens"] > 0
   shutil.rmtree(out / "ckpt" / "2")  # "killed" after step 1's checkpoint
-  assert train.main(["rl", "--config", "configs/rl_tiny.py", "--set", f"out_dir={out}", *FAST]) == 0
+  assert train.main(args) == 0
   resumed = _lines(out / "metrics.jsonl")
-  assert [r["step"] for r in resumed] == [1, 2]
+  assert [r["step"] for r in resumed] == [0, 1, 2]
+  resumed = resumed[1:]
   for key in ("train/loss", "train/grad_norm", "reward/total", "rollout/generated_tokens", "train/entropy"):
     assert resumed[1][key] == full[1][key], key
 

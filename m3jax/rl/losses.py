@@ -37,6 +37,9 @@ class LossConfig:
   agg_mode: AggMode = "token-mean"
   kl_coef: float = 0.0  # low-variance KL to a frozen reference; the reference run used 0.001
   entropy_coef: float = 0.0
+  # "ppo": the clipped policy-gradient objective; "nll": −log p on the masked tokens (advantages and old log-probs
+  # ignored) — behaviour cloning for a warm start (`m3jax.rl.warm_start`) through the same accumulation code
+  objective: Literal["ppo", "nll"] = "ppo"
 
   def __post_init__(self):
     if not 0.0 <= self.clip_low < 1.0:
@@ -47,6 +50,8 @@ class LossConfig:
       raise LossConfigError(f"dual_clip={self.dual_clip} must be > 1 (or None)")
     if self.agg_mode not in ("token-mean", "seq-mean-token-mean"):
       raise LossConfigError(f"agg_mode={self.agg_mode!r}; expected 'token-mean' or 'seq-mean-token-mean'")
+    if self.objective not in ("ppo", "nll"):
+      raise LossConfigError(f"objective={self.objective!r}; expected 'ppo' or 'nll'")
     if self.kl_coef < 0 or self.entropy_coef < 0:
       raise LossConfigError("kl_coef and entropy_coef must be >= 0")
 
@@ -107,6 +112,8 @@ def loss_sums(logp: Float[Array, "N T"], old_logp: Float[Array, "N T"], adv: Flo
   mask = mask.astype(jnp.float32)
   w = agg_weights(mask, cfg.agg_mode)
   pg, info = per_token_pg_loss(logp, old_logp, adv, cfg)
+  if cfg.objective == "nll":
+    pg = -logp
   objective = pg
   out = {"tokens": mask.sum(), "pg_loss_tok": (pg * mask).sum()}
   if ref_logp is not None:

@@ -75,6 +75,12 @@ class RLConfig:
   reward: RewardConfig = RewardConfig()
   sampling: DynamicSamplingConfig = DynamicSamplingConfig()
   learner: LearnerConfig = LearnerConfig()
+  # behaviour-cloning warm start (`m3jax.rl.warm_start`) before the first DAPO step of a fresh run: this many
+  # AdamW steps at `warm_start_lr`, each on the hindsight expert's trajectories for `warm_start_questions`
+  # training questions; the DAPO optimizer then starts fresh on the cloned parameters
+  warm_start_steps: int = 0
+  warm_start_questions: int = 16
+  warm_start_lr: float = 1e-5
   eval_every: int = 0  # 0: no held-out evaluation during training
   eval_questions: int = 32
   seed: int = 1
@@ -86,6 +92,8 @@ class RLConfig:
       raise ValueError(f"advantage={self.advantage!r}; expected 'grpo' or 'taura'")
     if self.steps < 0 or self.batch_questions < 1 or self.group_size < 1 or self.save_every < 1:
       raise ValueError("steps >= 0, batch_questions, group_size and save_every >= 1 are required")
+    if self.warm_start_steps < 0 or self.warm_start_questions < 1 or self.warm_start_lr <= 0:
+      raise ValueError("warm_start_steps >= 0, warm_start_questions >= 1 and warm_start_lr > 0 are required")
     if self.judge not in JUDGES:
       raise ValueError(f"judge={self.judge!r}; expected one of {', '.join(JUDGES)}")
 
@@ -99,8 +107,9 @@ class RLProgram:
 
     self.cfg = cfg
     self.model, self.tokenizer = _load_model(cfg)
-    ref_model = _load_model(cfg)[0] if cfg.learner.loss.kl_coef > 0 else None  # frozen initial policy
-    self.learner = Learner(self.model, cfg.learner, ref_model=ref_model)
+    # the frozen initial policy (before any warm start) for the KL term
+    self.ref_model = _load_model(cfg)[0] if cfg.learner.loss.kl_coef > 0 else None
+    self.learner = Learner(self.model, cfg.learner, ref_model=self.ref_model)
     embed = make_embedder(cfg.embedder)
     dim = int(np.asarray(embed(["x"])).shape[-1])
     seeds = list(range(*cfg.train_seeds)) + list(range(*cfg.eval_seeds))
@@ -126,8 +135,7 @@ class RLProgram:
     sampling = SamplingConfig(max_new_tokens=c.max_new_tokens, greedy=greedy, temperature=c.temperature,
                               top_p=c.top_p, top_k=c.top_k, stop_token_ids=self.stop_ids, seed=seed)
     policy = LLMPolicy(Sampler(self.model, sampling, self.tokenizer), self.tokenizer, sampling)
-    questions = [Question(f"{r.question_id}#{k}", r.question, r.answer, r.memory_id, before_clip=r.before_clip,
-                          question_types=r.types) for r in records for k in range(g)]
+    questions = _questions(records, g)
     trajs = Controller(policy, self.searcher, ControlConfig(max_rounds=c.max_rounds)).run(questions)
     verdicts = self.judge.judge([JudgeItem(t.question, t.ground_truth, t.response) for t in trajs])
     parts = reward_components([float(v.correct) for v in verdicts], [rollout.episode_stats(t) for t in trajs],
@@ -153,6 +161,36 @@ class RLProgram:
     return float(parts["outcome"].mean())
 
   # ------------------------------------------------------------------------------------------- training
+  def warm_start(self) -> list[dict[str, float]]:
+    """`warm_start_steps` behaviour-cloning steps on expert trajectories of training questions (in a seeded
+    order), then a fresh DAPO learner on the cloned parameters. Returns one metrics dict per step."""
+    from m3jax.rl.warm_start import ExpertPolicy
+
+    c = self.cfg
+    if not c.warm_start_steps:
+      return []
+    loss = dataclasses.replace(c.learner.loss, objective="nll", kl_coef=0.0)
+    optim = dataclasses.replace(c.learner.optim, lr=c.warm_start_lr, schedule="constant", warmup_steps=0)
+    cloner = Learner(self.model, dataclasses.replace(c.learner, loss=loss, optim=optim, epochs=1, mini_batches=1))
+    order = np.random.default_rng(c.seed + 1).permutation(len(self.train_records))
+    n = c.warm_start_questions
+    history = []
+    for step in range(c.warm_start_steps):
+      t0 = time.perf_counter()
+      records = [self.train_records[order[(step * n + i) % len(order)]] for i in range(n)]
+      questions = _questions(records, 1)
+      expert = ExpertPolicy(questions, self.tokenizer, c.max_rounds)
+      trajs = Controller(expert, self.searcher, ControlConfig(max_rounds=c.max_rounds)).run(questions)
+      batch, stats = rollout.build_batch(trajs, n, seq_bucket=c.seq_bucket, max_len=c.max_seq_len,
+                                         pad_id=self.pad_id)
+      batch["advantages"] = np.zeros_like(batch["mask"])
+      del batch["turn_ids"]
+      metrics = cloner.update(batch, seed=step)[0]
+      metrics.update(stats, time_s=time.perf_counter() - t0)
+      history.append(metrics)
+    self.learner = Learner(self.model, c.learner, ref_model=self.ref_model)
+    return history
+
   def train_step(self, it, step: int) -> dict[str, float]:
     c = self.cfg
     t0 = time.perf_counter()
@@ -215,6 +253,9 @@ class RLProgram:
       it.set_state(meta["data"])
       start = int(meta["step"])
     log = MetricsLog(out, resume_step=start)
+    if start == 0 and c.warm_start_steps:
+      warm = self.warm_start()
+      log.write(0, {f"warm/{k}": v for k, v in warm[-1].items()})
     history = []
     for step in tqdm(range(start + 1, c.steps + 1), initial=start, total=c.steps, desc="rl", unit="step"):
       metrics = self.train_step(it, step)
@@ -228,6 +269,11 @@ class RLProgram:
     log.close()
     ckpt.close()
     return history
+
+
+def _questions(records: list[QARecord], group: int) -> list[Question]:
+  return [Question(f"{r.question_id}#{k}", r.question, r.answer, r.memory_id, before_clip=r.before_clip,
+                   question_types=r.types) for r in records for k in range(group)]
 
 
 def _load_model(cfg: RLConfig):
