@@ -19,15 +19,20 @@ from m3jax.agent.control import Question
 from m3jax.memory.search import MemorySearcher, SearchConfig, SearchRequest
 
 _WHO_RE = re.compile(r"^\s*who\s+(?:said|says|mentioned|told)\s+(?:that\s+)?(.*?)\??\s*$", re.IGNORECASE)
-_CHAR_RE = re.compile(r"<(character_\d+|face_\d+|voice_\d+)>")
+CHARACTER_TAG_RE = re.compile(r"<(character_\d+|face_\d+|voice_\d+)>")
 _CAPITAL_RE = re.compile(r"\b([A-Z][a-z]+)\b")
 _PRESENT_RE = re.compile(r"^\s*<[^<>]+> is present\.?\s*$")
 _PERSON_WHO_RE = re.compile(r"\bthe (?:person|one) who (.+?) (?=will|go|goes|does|did|is|lives|works|put)\b")
 _NOT_NAMES = {"What", "Where", "Who", "Which", "When", "Why", "How", "Is", "Does", "Did", "Do", "The", "In", "I"}
 
 
+def named_people(question: str) -> list[str]:
+  """Capitalised words after the first that are not question words: the names a question mentions, in order."""
+  return list(dict.fromkeys(n for n in _CAPITAL_RE.findall(question)[1:] if n not in _NOT_NAMES))
+
+
 def _strip_tags(text: str) -> str:
-  return " ".join(_CHAR_RE.sub(" ", text).split())
+  return " ".join(CHARACTER_TAG_RE.sub(" ", text).split())
 
 
 class RuleAnswerer:
@@ -70,7 +75,7 @@ class RuleAnswerer:
     return None
 
   def _with_names(self, q: Question, text: str) -> str:
-    return _CHAR_RE.sub(lambda m: self._name_of(q, m.group(1)) or m.group(0), text)
+    return CHARACTER_TAG_RE.sub(lambda m: self._name_of(q, m.group(1)) or m.group(0), text)
 
   def answer_one(self, q: Question) -> str:
     who = _WHO_RE.match(q.question)
@@ -78,16 +83,16 @@ class RuleAnswerer:
       hit = self._top(q, who.group(1))
       if hit is None:
         return ""
-      m = _CHAR_RE.search(hit)
+      m = CHARACTER_TAG_RE.search(hit)
       return (self._name_of(q, m.group(1)) or f"<{m.group(1)}>") if m else hit
     query = q.question
     hop = _PERSON_WHO_RE.search(query)
     if hop:  # multi-hop: first find who matches the description, then ask about that person
       hit = self._top(q, hop.group(1))
-      m = _CHAR_RE.search(hit or "")
+      m = CHARACTER_TAG_RE.search(hit or "")
       if m:
         query = query[:hop.start()] + f"<{m.group(1)}> " + query[hop.end():]
-    for name in dict.fromkeys(n for n in _CAPITAL_RE.findall(q.question)[1:] if n not in _NOT_NAMES):
+    for name in named_people(q.question):
       tag = self._id_of(q, name)
       if tag is not None:
         query = re.sub(rf"\b{re.escape(name)}\b", f"<{tag}>", query)

@@ -22,13 +22,11 @@ import numpy as np
 from m3jax.agent.control import Question
 from m3jax.agent.judges import normalize_answer
 from m3jax.agent.policy import ChatTokenizer, Turn, continuation_text
-from m3jax.agent.prompts import END_OF_TURN, Message, render_chatml
+from m3jax.agent.answer import CHARACTER_TAG_RE, named_people
+from m3jax.agent.prompts import END_OF_TURN, INSTRUCTION, Message, render_chatml
 
-_INSTRUCTION_START = "\n\nOutput the answer in the format:"
-_TAG_RE = re.compile(r"<(character_\d+|face_\d+|voice_\d+)>")
-_NAME_OF_RE = re.compile(r"<(character_\d+|face_\d+|voice_\d+)>'s name is ([A-Z][a-z]+)")
-_CAPITAL_RE = re.compile(r"\b([A-Z][a-z]+)\b")
-_NOT_NAMES = {"What", "Where", "Who", "Which", "When", "Why", "How", "Is", "Does", "Did", "Do", "The", "In", "I"}
+_INSTRUCTION_START = INSTRUCTION.split("{content}")[0]  # where the round suffix begins in a user message
+_NAME_OF_RE = re.compile(CHARACTER_TAG_RE.pattern + r"'s name is ([A-Z][a-z]+)")
 
 
 def expert_turn(question: Question, seen: str, round_index: int, max_rounds: int, asked: Sequence[str]) -> str:
@@ -38,10 +36,11 @@ def expert_turn(question: Question, seen: str, round_index: int, max_rounds: int
   person the question names, then searches with the id in place of the name, and looks up the name of an id
   when the answer is a person — the route the instruction itself recommends."""
   gold = normalize_answer(question.answer)
-  if round_index == max_rounds - 1 or (round_index > 0 and bool(gold) and f" {gold} " in f" {normalize_answer(seen)} "):
+  found = bool(gold) and f" {gold} " in f" {normalize_answer(seen)} "
+  if round_index == max_rounds - 1 or (round_index > 0 and found):
     return f"Action: [Answer]\nContent: {question.answer}"
   ids = {name: tag for tag, name in _NAME_OF_RE.findall(seen)}
-  names = [n for n in _CAPITAL_RE.findall(question.question)[1:] if n not in _NOT_NAMES]
+  names = named_people(question.question)
   candidates = []
   for name in names:
     if name not in ids:
@@ -51,7 +50,7 @@ def expert_turn(question: Question, seen: str, round_index: int, max_rounds: int
     if name in ids:
       query = re.sub(rf"\b{re.escape(name)}\b", f"<{ids[name]}>", query)
   candidates.append(query)
-  candidates += [f"What is the name of <{tag}>" for tag in dict.fromkeys(_TAG_RE.findall(seen))
+  candidates += [f"What is the name of <{tag}>" for tag in dict.fromkeys(CHARACTER_TAG_RE.findall(seen))
                  if tag not in ids.values()]
   fresh = [q for q in candidates if q not in asked]
   return f"Action: [Search]\nContent: {(fresh or candidates)[0]}"
