@@ -54,6 +54,24 @@ def test_chunked_attention_equals_attention_with_cache_offsets(chunk):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("chunk", [7, 16])
+def test_causal_blocks_skip_only_masked_keys(chunk):
+  """Training layout (no cache: query t in slot t, ragged valid lengths, T not a multiple of the chunk): blocks that
+  read only keys up to their own end give the full attention's values and gradients."""
+  B, T, H, K, Dh = 2, 45, 4, 2, 8
+  q, k, v = _qkv(3, B, T, T, H, K, Dh)
+  slots, valid = jnp.broadcast_to(jnp.arange(T), (B, T)), jnp.asarray([45, 30])
+  fn = lambda causal: (lambda q, k, v: chunked_attention(q, k, v, slots, valid, chunk, causal_blocks=causal))
+  w = jnp.asarray(np.random.default_rng(4).standard_normal((B, T, H, Dh)), jnp.float32)
+  for got, want in zip(jax.jit(jax.value_and_grad(lambda *a: jnp.sum(fn(True)(*a) * w), argnums=(0, 1, 2)))(q, k, v),
+                       jax.jit(jax.value_and_grad(lambda *a: jnp.sum(attention(*a, slots, valid) * w),
+                                                  argnums=(0, 1, 2)))(q, k, v)):
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+      np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5, rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(jax.jit(fn(True))(q, k, v)), np.asarray(jax.jit(fn(False))(q, k, v)),
+                             atol=1e-6, rtol=0)
+
+
 def test_chunked_attention_compiles_to_less_memory():
   """The point of chunking: XLA's temp buffers for T=2048 drop well below the [B, H, T, T] score size."""
   B, T, H, K, Dh = 1, 2048, 4, 2, 16
