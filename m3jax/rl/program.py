@@ -72,6 +72,10 @@ class RLConfig:
   recompute_old_logp: bool = True  # False: the sampler's log-probs are the old policy
   seq_bucket: int = 256
   max_seq_len: int = 8192
+  # the policy attends in query blocks of this size (0 = one block): a training sequence never materialises
+  # [B, H, T, T] scores and skips the masked upper triangle of blocks (decoder.chunked_attention); on CPU the
+  # SmolLM2-shaped learner step at T=1024 runs ~1.6x faster with 128 than unchunked
+  attention_chunk: int = 128
   reward: RewardConfig = RewardConfig()
   sampling: DynamicSamplingConfig = DynamicSamplingConfig()
   learner: LearnerConfig = LearnerConfig()
@@ -285,12 +289,13 @@ def _load_model(cfg: RLConfig):
   from m3jax.models.weights.gguf import smollm2_path
 
   if cfg.model != "tiny":
-    return load_llm(cfg.model if cfg.model != "smollm2" else DEFAULT_LLM)
+    return load_llm(cfg.model if cfg.model != "smollm2" else DEFAULT_LLM, attention_chunk=cfg.attention_chunk)
   tok = load_tokenizer(smollm2_path())
   t = cfg.tiny
   dcfg = DecoderConfig(vocab_size=len(tok), hidden_size=t.hidden_size, intermediate_size=t.intermediate_size,
                        num_layers=t.num_layers, num_heads=t.num_heads, num_kv_heads=t.num_kv_heads,
-                       head_dim=t.head_dim, tie_embeddings=True, model_type="llama")
+                       head_dim=t.head_dim, tie_embeddings=True, model_type="llama",
+                       attention_chunk=cfg.attention_chunk)
   return Decoder(dcfg, rngs=nnx.Rngs(cfg.seed)), tok
 
 
