@@ -65,6 +65,7 @@ def main() -> None:
   args = ap.parse_args()
   jax.config.update("jax_default_matmul_precision", "highest")
   import torch
+  from flax import nnx
 
   from m3jax.models.omni.processor import ProcessorConfig
   from m3jax.models.omni.weights import thinker_from_tensors
@@ -88,7 +89,9 @@ def main() -> None:
   hf = Qwen2_5OmniThinkerForConditionalGeneration(hf_cfg).train()
   sd = {k: v.detach().numpy() for k, v in hf.state_dict().items()}
   model = thinker_from_tensors(cfg, sd.__getitem__, sd.__contains__)
-  opt = make_optimizer(model, TrainConfig(steps=1000, learning_rate=1e-4, loss_chunk=128))
+  tcfg = TrainConfig(steps=1000, learning_rate=1e-4, loss_chunk=128)
+  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+  state = {"params": params, "opt": make_optimizer(tcfg).init(params)}
 
   ids = torch.from_numpy(np.stack([np.pad(e.ids, (0, length - len(e.ids))) for e in enc]).astype(np.int64))
   mask = (torch.arange(length)[None] < torch.from_numpy(batch.inputs.lengths)[:, None]).long()
@@ -118,14 +121,12 @@ def main() -> None:
     torch_opt.step()
     return loss.item()
 
-  def jax_step():
-    total, count, grads = _grads(model, batch, 128)
-    _apply(model, opt, grads, count)
-    jax.block_until_ready(nnx_state(model))
+  def jax_step():  # what Trainer._train_step runs for accum=1
+    total, count, grads = _grads(graphdef, state["params"], rest, batch, 128)
+    state["params"], state["opt"] = _apply(tcfg, state["params"], state["opt"], grads, count)
+    jax.block_until_ready(state["params"])
     return float(total) / float(count)
 
-  from flax import nnx
-  nnx_state = lambda m: nnx.state(m, nnx.Param)
   l_jax, l_torch = jax_step(), torch_step()  # warm-up (compile); first losses match: same weights, same batch
   print(f"first-step loss m3jax={l_jax:.5f} torch={l_torch:.5f} tokens/step={tokens} length={length}")
   times = {"m3jax": [], "torch": []}
