@@ -81,13 +81,8 @@ def _eval(graphdef: nnx.GraphDef, params: nnx.State, rest: nnx.State, batch: Bat
   return thinker_loss(nnx.merge(graphdef, params, rest), batch.inputs, batch.labels, batch.weights, chunk)
 
 
-def evaluate(model: Thinker, batches: Iterable[Batch], chunk: int) -> float:
-  """Mean NLL per target token over all batches."""
-  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-  return _mean_nll(graphdef, params, rest, batches, chunk)
-
-
 def _mean_nll(graphdef, params, rest, batches: Iterable[Batch], chunk: int) -> float:
+  """Mean NLL per target token over all batches."""
   total = count = 0.0
   for b in batches:
     t, c = _eval(graphdef, params, rest, b, chunk)
