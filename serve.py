@@ -13,6 +13,7 @@ import argparse
 import sys
 
 from m3jax.config import add_config_args, apply_overrides, load_config
+from m3jax.host_memory import retain_freed_memory
 from m3jax.serve.config import ServeConfig
 
 
@@ -27,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
   imp.add_argument("--name", required=True)
   imp.add_argument("path")
   args = parser.parse_args(argv)
+  retain_freed_memory()
   cfg = load_config(args.config, args.overrides) if args.config else apply_overrides(ServeConfig(), args.overrides)
 
   if args.command == "add-key":

@@ -12,6 +12,7 @@ import sys
 from typing import Callable, Sequence
 
 from m3jax.config import add_config_args, apply_overrides, load_config
+from m3jax.host_memory import retain_freed_memory
 
 
 def _rl(args) -> dict:
@@ -39,6 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   for name, (help_text, _) in PROGRAMS.items():
     add_config_args(sub.add_parser(name, help=help_text))
   args = parser.parse_args(argv)
+  retain_freed_memory()
   summary = PROGRAMS[args.program][1](args)
   print(json.dumps(summary, default=float))
   return 0

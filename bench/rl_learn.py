@@ -30,6 +30,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from m3jax.config import apply_overrides  # noqa: E402
+from m3jax.host_memory import retain_freed_memory  # noqa: E402
 from m3jax.rl.dynamic_sampling import DynamicSamplingConfig  # noqa: E402
 from m3jax.rl.learner import LearnerConfig, OptimConfig  # noqa: E402
 from m3jax.rl.losses import LossConfig  # noqa: E402
@@ -77,6 +78,7 @@ def main() -> None:
   p.add_argument("--no-prompted-eval", action="store_true",
                  help="skip the prompted baseline (0/32 on every run so far; ~8 min of rambling on 2 cores)")
   args = p.parse_args()
+  retain_freed_memory()  # as train.py does
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
   cfg = apply_overrides(cpu_config(str(out)), args.overrides)

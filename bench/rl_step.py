@@ -22,6 +22,8 @@ import numpy as np
 import optax
 from flax import nnx
 
+from m3jax.host_memory import retain_freed_memory
+
 SIZES = {  # tunix's CPU-notes configurations
     "tiny": dict(num_layers=2, embed=128, hidden=256, heads=4, head_dim=32, kv_heads=2, vocab=512),
     "small": dict(num_layers=4, embed=256, hidden=1024, heads=4, head_dim=64, kv_heads=2, vocab=512),
@@ -98,6 +100,7 @@ def main() -> None:
   ap.add_argument("--completion", type=int, default=32)
   ap.add_argument("--reps", type=int, default=8)
   args = ap.parse_args()
+  retain_freed_memory()  # process-wide: tunix (also XLA:CPU) runs under it too
   size, n, p, c = SIZES[args.size], args.seqs, args.prompt, args.completion
   runs = {"tunix": tunix_step_fn(size, 1e-5, n, p, c, 0), "m3jax": m3jax_step_fn(size, 1e-5, n, p, c, 0)}
   for run in runs.values():  # compile + one warm step

@@ -18,6 +18,7 @@ import sys
 from typing import Callable, Sequence
 
 from m3jax.config import add_config_args, apply_overrides, load_config
+from m3jax.host_memory import retain_freed_memory
 
 
 def writer_chat(llm: str, max_new_tokens: int = 512):
@@ -189,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
   args = build_parser().parse_args(argv)
+  retain_freed_memory()
   try:
     return args.run(args)
   except (ValueError, FileNotFoundError) as e:  # bad input: one clear line, no traceback

@@ -11,6 +11,10 @@ import jax  # noqa: E402
 
 jax.config.update("jax_default_matmul_precision", "highest")
 
+from m3jax.host_memory import retain_freed_memory  # noqa: E402
+
+retain_freed_memory()  # as the entry points do: XLA:CPU's per-call temporaries stay in the heap
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402

@@ -1,6 +1,7 @@
-"""Chunked attention for long multimodal prompts: the query-blocked paths of the LM (decoder.chunked_attention) and
-of the vision tower (common.segment_attention with `chunk`) equal the whole-sequence paths (values and gradients,
-<=1e-5), inside the thinker and its SFT loss too, and the compiled program really holds less attention memory."""
+"""Chunked attention for long multimodal prompts: the query-blocked paths of the LM (decoder.chunked_attention with a
+KV cache, causal_attention without one) and of the vision tower (common.segment_attention with `chunk`) equal the
+whole-sequence paths (values and gradients, <=1e-5), inside the thinker and its SFT loss too, and the compiled
+program really holds less attention memory."""
 
 import dataclasses
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from m3jax.models.causal_attention import causal_attention
 from m3jax.models.decoder import attention, chunked_attention
 from m3jax.models.omni.common import SegmentLayout, segment_attention
 from m3jax.models.omni.generate import generate
@@ -54,34 +56,42 @@ def test_chunked_attention_equals_attention_with_cache_offsets(chunk):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("chunk", [7, 16])
-def test_causal_blocks_skip_only_masked_keys(chunk):
-  """Training layout (no cache: query t in slot t, ragged valid lengths, T not a multiple of the chunk): blocks that
-  read only keys up to their own end give the full attention's values and gradients."""
+@pytest.mark.parametrize("chunk,dtype,tol", [(7, jnp.float32, 1e-5), (16, jnp.float32, 1e-5),
+                                             (16, jnp.bfloat16, 3e-2)])
+def test_causal_attention_equals_attention(chunk, dtype, tol):
+  """Training layout (no cache: query t in slot t, ragged valid lengths, T not a multiple of the chunk): the
+  blocked causal attention and its flash-style VJP give the full attention's values and q/k/v gradients."""
   B, T, H, K, Dh = 2, 45, 4, 2, 8
-  q, k, v = _qkv(3, B, T, T, H, K, Dh)
+  q, k, v = (x.astype(dtype) for x in _qkv(3, B, T, T, H, K, Dh))
   slots, valid = jnp.broadcast_to(jnp.arange(T), (B, T)), jnp.asarray([45, 30])
-  fn = lambda causal: (lambda q, k, v: chunked_attention(q, k, v, slots, valid, chunk, causal_blocks=causal))
   w = jnp.asarray(np.random.default_rng(4).standard_normal((B, T, H, Dh)), jnp.float32)
-  for got, want in zip(jax.jit(jax.value_and_grad(lambda *a: jnp.sum(fn(True)(*a) * w), argnums=(0, 1, 2)))(q, k, v),
-                       jax.jit(jax.value_and_grad(lambda *a: jnp.sum(attention(*a, slots, valid) * w),
-                                                  argnums=(0, 1, 2)))(q, k, v)):
-    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
-      np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5, rtol=1e-6)
-  np.testing.assert_allclose(np.asarray(jax.jit(fn(True))(q, k, v)), np.asarray(jax.jit(fn(False))(q, k, v)),
-                             atol=1e-6, rtol=0)
+  loss = lambda fn: jax.jit(jax.value_and_grad(lambda *a: jnp.sum(fn(*a).astype(jnp.float32) * w), argnums=(0, 1, 2)))
+  got = loss(lambda q, k, v: causal_attention(q, k, v, valid, chunk))(q, k, v)
+  want = loss(lambda q, k, v: attention(q, k, v, slots, valid))(q, k, v)
+  assert got[1][0].dtype == dtype
+  for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    assert float(jnp.abs(b.astype(jnp.float32)).max()) > 1e-3  # not trivially zero
+    np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), atol=tol, rtol=tol)
 
 
 def test_chunked_attention_compiles_to_less_memory():
-  """The point of chunking: XLA's temp buffers for T=2048 drop well below the [B, H, T, T] score size."""
-  B, T, H, K, Dh = 1, 2048, 4, 2, 16
-  q, k, v = (jnp.zeros((B, T, n, Dh)) for n in (H, K, K))
-  slots, valid = jnp.arange(T)[None], jnp.asarray([T])
-  temp = lambda f: jax.jit(f).lower(q, k, v).compile().memory_analysis().temp_size_in_bytes
-  scores = B * H * T * T * 4
-  full = temp(lambda q, k, v: attention(q, k, v, slots, valid))
-  chunked = temp(lambda q, k, v: chunked_attention(q, k, v, slots, valid, 128))
-  assert full >= scores and chunked < scores / 4, (full, chunked, scores)
+  """The point of chunking: XLA's temp buffers for T=2048 drop well below the [B, H, T, T] score size, and the
+  causal path's training step (forward + backward) grows linearly with T, not quadratically."""
+  B, H, K, Dh = 1, 4, 2, 16
+
+  def temps(T):
+    q, k, v = (jnp.zeros((B, T, n, Dh)) for n in (H, K, K))
+    slots, valid = jnp.arange(T)[None], jnp.asarray([T])
+    temp = lambda f: jax.jit(f).lower(q, k, v).compile().memory_analysis().temp_size_in_bytes
+    grad = lambda f: jax.grad(lambda q, k, v: jnp.sum(f(q, k, v)), argnums=(0, 1, 2))
+    return (temp(lambda q, k, v: attention(q, k, v, slots, valid)),
+            temp(lambda q, k, v: chunked_attention(q, k, v, slots, valid, 128)),
+            temp(grad(lambda q, k, v: causal_attention(q, k, v, valid, 128))))
+
+  scores = B * H * 2048 * 2048 * 4
+  (full, chunked, causal), (_, _, causal_4k) = temps(2048), temps(4096)
+  assert full >= scores and chunked < scores / 4 and causal < scores / 2, (full, chunked, causal, scores)
+  assert causal_4k < 2.5 * causal, (causal, causal_4k)
 
 
 @pytest.mark.parametrize("chunk", [3, 8])

@@ -24,6 +24,7 @@ from flax import nnx
 from jaxtyping import Array, Float, Int
 
 from m3jax.models import rope as rope_lib
+from m3jax.models.causal_attention import causal_attention
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
@@ -51,8 +52,8 @@ class DecoderConfig:
   compute_dtype: str = "float32"
   remat: bool = False  # recompute each layer in the backward pass (training memory ~ one layer's activations)
   model_type: str = "llama"
-  # > 0: queries attend in blocks of this many (`chunked_attention`), so a long prefill / training sequence never
-  # materialises [B, H, T, S] scores; 0 (default) = one block (`attention`)
+  # > 0: queries attend in blocks of this many (`causal_attention` without a KV cache, `chunked_attention` with one),
+  # so a long prefill / training sequence never materialises [B, H, T, S] scores; 0 (default) = one block
   attention_chunk: int = 0
 
   def __post_init__(self):
@@ -271,9 +272,10 @@ class Decoder(nnx.Module):
       keys, values = ck[layer].astype(dt), cv[layer].astype(dt)
     else:
       keys, values = k, v
-    if c.attention_chunk and q.shape[1] > c.attention_chunk:
-      # without a cache query t sits in slot t, so query block i never sees keys past its own end
-      attn = chunked_attention(q, keys, values, slots, valid_len, c.attention_chunk, causal_blocks=not use_cache)
+    if c.attention_chunk and q.shape[1] > c.attention_chunk and not use_cache:
+      attn = causal_attention(q, keys, values, valid_len, c.attention_chunk)  # without a cache query t is slot t
+    elif c.attention_chunk and q.shape[1] > c.attention_chunk:
+      attn = chunked_attention(q, keys, values, slots, valid_len, c.attention_chunk)
     else:
       attn = attention(q, keys, values, slots, valid_len)
     x = x + mm(attn, p["wo"], 2).astype(dt)
@@ -330,31 +332,18 @@ def grouped_attention(q: Float[Array, "B T H Dh"], k: Float[Array, "B S K Dh"], 
 
 
 def chunked_attention(q: Float[Array, "B T H Dh"], k: Float[Array, "B S K Dh"], v: Float[Array, "B S K Dh"],
-                      q_slots: Int[Array, "B T"], valid_len: Int[Array, "B"], chunk: int,
-                      causal_blocks: bool = False) -> Float[Array, "B T H Dh"]:
+                      q_slots: Int[Array, "B T"], valid_len: Int[Array, "B"], chunk: int) -> Float[Array, "B T H Dh"]:
   """`grouped_attention` over blocks of `chunk` queries, each block rematerialised in the backward pass.
 
   Peak score memory is [B, H, chunk, S] instead of [B, H, T, S] (a 10k-token multimodal prompt at 28 heads would
-  be 11 GB of f32 scores), forward and backward; every query row's softmax is the same computation as unchunked.
-  Blocks also keep each block's scores in cache: with chunk 128 the tiny-thinker SFT step runs ~1.3x faster on
-  CPU than one block.
-
-  `causal_blocks` (the caller guarantees q_slots[:, t] <= t, true without a KV cache, where keys are the queries'
-  own tokens): query block i attends to keys [0, (i + 1) * chunk) only, skipping the all-masked upper triangle of
-  blocks, which halves the attention FLOPs of a training step. The blocks then differ in key length, so they are
-  unrolled instead of mapped. Keys dropped this way would have been masked, so the result is unchanged.
+  be 11 GB of f32 scores); every query row's softmax is the same computation as unchunked. This is the KV-cache
+  path (prefill after earlier turns); without a cache `causal_attention` also skips the masked key blocks.
   """
   B, T, H, Dh = q.shape
   n = -(-T // chunk)
   pad = n * chunk - T
   qp = jnp.pad(q, ((0, 0), (0, pad), (0, 0), (0, 0)))
   sp = jnp.pad(q_slots, ((0, 0), (0, pad)), mode="edge")  # padded queries are computed and dropped
-  if causal_blocks:
-    def block(qi, si, end):
-      return grouped_attention(qi, k[:, :end], v[:, :end], si, valid_len)
-    outs = [jax.checkpoint(block, static_argnums=2)(qp[:, i * chunk:(i + 1) * chunk], sp[:, i * chunk:(i + 1) * chunk],
-                                                   min((i + 1) * chunk, k.shape[1])) for i in range(n)]
-    return jnp.concatenate(outs, axis=1)[:, :T]
   qb = qp.reshape(B, n, chunk, H, Dh).swapaxes(0, 1)
   sb = sp.reshape(B, n, chunk).swapaxes(0, 1)
   block = jax.checkpoint(lambda xs: grouped_attention(xs[0], k, v, xs[1], valid_len))

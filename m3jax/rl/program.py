@@ -73,7 +73,7 @@ class RLConfig:
   seq_bucket: int = 256
   max_seq_len: int = 8192
   # the policy attends in query blocks of this size (0 = one block): a training sequence never materialises
-  # [B, H, T, T] scores and skips the masked upper triangle of blocks (decoder.chunked_attention); on CPU the
+  # [B, H, T, T] scores and skips the masked upper triangle of blocks (models.causal_attention); on CPU the
   # SmolLM2-shaped learner step at T=1024 runs ~1.6x faster with 128 than unchunked
   attention_chunk: int = 128
   reward: RewardConfig = RewardConfig()
