@@ -156,5 +156,6 @@ def main() -> None:
         f"tokens_per_step={tokens} steps={args.steps} attention_chunk={args.attention_chunk} "
         f"load={os.getloadavg()[0]:.1f}")
 
+
 if __name__ == "__main__":
   main()
