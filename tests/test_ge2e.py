@@ -155,3 +155,25 @@ def test_bad_segments(encoder):
     encoder.embed([np.zeros((2, 16000), np.float32)])
   with pytest.raises(A.AudioInputError, match="floating"):
     encoder.embed([np.zeros(16000, np.int16)])
+
+
+@pytest.mark.parametrize("layers", [1, 2, 3])
+def test_wavefront_lstm_equals_torch_lstm(layers):
+  """The layers-as-a-wavefront scan gives torch.nn.LSTM's last hidden state, for any depth (tiny random sizes)."""
+  import jax.numpy as jnp
+  from flax import nnx
+
+  from m3jax.models.ge2e import GE2E, GE2EConfig
+
+  model = GE2E(GE2EConfig(n_mels=8, hidden=16, layers=layers, embed=8), rngs=nnx.Rngs(layers))
+  x = np.random.default_rng(layers).standard_normal((3, 11, 8)).astype(np.float32)
+  lstm = torch.nn.LSTM(8, 16, layers, batch_first=True)
+  with torch.no_grad():
+    for i, layer in enumerate(model.lstm):
+      getattr(lstm, f"weight_ih_l{i}").copy_(torch.tensor(np.asarray(layer.w_ih[...]).T))
+      getattr(lstm, f"weight_hh_l{i}").copy_(torch.tensor(np.asarray(layer.w_hh[...]).T))
+      getattr(lstm, f"bias_ih_l{i}").copy_(torch.tensor(np.asarray(layer.bias[...])))
+      getattr(lstm, f"bias_hh_l{i}").zero_()
+    _, (h, _) = lstm(torch.from_numpy(x))
+  got = np.asarray(model._last_hidden(jnp.swapaxes(jnp.asarray(x), 0, 1)))
+  np.testing.assert_allclose(got, h[-1].numpy(), atol=1e-5, rtol=0)

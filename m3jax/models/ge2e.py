@@ -4,8 +4,10 @@
 giving a 256-d embedding with non-negative entries. Weights come from Resemblyzer's `pretrained.pt`, read
 without torch (`m3jax.models.weights.torch_zip`).
 
-Throughput: each layer's input projection for all time steps is one big matmul; only the recurrent
-`h @ W_hh` runs inside `lax.scan`, on the whole batch of partials at once.
+Throughput: the layers run as a wavefront, one `lax.scan` of T + layers - 1 steps in which layer l advances time
+step s - l: each step's layers are independent, so all of them run as one batched matmul, and the scan is 3x
+shorter than layer after layer (26 partials of 160 frames on 2 cores: 142 -> 91 ms). The first layer's input
+projection for all time steps is one big matmul before the scan; every step runs on the whole batch of partials.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class GE2EConfig:
 
 
 class LSTMLayer(nnx.Module):
-  """One unidirectional LSTM layer with PyTorch's gate order (input, forget, cell, output)."""
+  """One unidirectional LSTM layer's weights, PyTorch's gate order (input, forget, cell, output); run by GE2E."""
 
   def __init__(self, d_in: int, hidden: int, *, rngs: nnx.Rngs):
     init = nnx.initializers.uniform(scale=2.0 / np.sqrt(hidden))
@@ -46,22 +48,11 @@ class LSTMLayer(nnx.Module):
     self.w_hh = nnx.Param(init(rngs.params(), (hidden, 4 * hidden)) - 1.0 / np.sqrt(hidden))
     self.bias = nnx.Param(jnp.zeros((4 * hidden,)))
 
-  def __call__(self, x_tbd: Float[Array, "T B D"]) -> tuple[Float[Array, "T B H"], Float[Array, "B H"]]:
-    gates_in = x_tbd @ self.w_ih[...] + self.bias[...]  # all time steps in one matmul
-    w_hh = self.w_hh[...]
-    batch = x_tbd.shape[1]
 
-    def step(carry, g_t):
-      h, c = carry
-      g = g_t + h @ w_hh
-      i, f, u, o = jnp.split(g, 4, axis=-1)
-      c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(u)
-      h = jax.nn.sigmoid(o) * jnp.tanh(c)
-      return (h, c), h
-
-    zeros = jnp.zeros((batch, self.hidden), x_tbd.dtype)
-    (h_last, _), h_seq = jax.lax.scan(step, (zeros, zeros), gates_in)
-    return h_seq, h_last
+def _cell(gates: Float[Array, "... G"], c: Float[Array, "... H"]) -> tuple[Float[Array, "... H"], Float[Array, "... H"]]:
+  i, f, u, o = jnp.split(gates, 4, axis=-1)
+  c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(u)
+  return jax.nn.sigmoid(o) * jnp.tanh(c), c
 
 
 class GE2E(nnx.Module):
@@ -74,12 +65,34 @@ class GE2E(nnx.Module):
     self.linear = nnx.Linear(config.hidden, config.embed, rngs=rngs)
 
   def __call__(self, mels_btf: Float[Array, "B T F"]) -> Float[Array, "B E"]:
-    x = jnp.swapaxes(mels_btf, 0, 1)  # time-major for scan
-    h_last = None
-    for layer in self.lstm:
-      x, h_last = layer(x)
-    raw = jax.nn.relu(self.linear(h_last))
+    raw = jax.nn.relu(self.linear(self._last_hidden(jnp.swapaxes(mels_btf, 0, 1))))
     return raw / jnp.linalg.norm(raw, axis=-1, keepdims=True)
+
+  def _last_hidden(self, x_tbd: Float[Array, "T B F"]) -> Float[Array, "B H"]:
+    """The last layer's hidden state after the last frame (the wavefront scan of the module docstring)."""
+    T, B, _ = x_tbd.shape
+    first, rest = self.lstm[0], list(self.lstm)[1:]
+    L = 1 + len(rest)
+    # layer 0's gates for every frame, padded with the L - 1 steps in which only deeper layers still advance
+    gates_0 = jnp.pad(x_tbd @ first.w_ih[...] + first.bias[...], ((0, L - 1), (0, 0), (0, 0)))
+    if rest:
+      w_rest = jnp.stack([jnp.concatenate([r.w_ih[...], r.w_hh[...]]) for r in rest])  # [L-1, 2H, 4H]
+      b_rest = jnp.stack([r.bias[...] for r in rest])[:, None]
+
+    def step(carry, xs):
+      h, c = carry  # [L, B, H]: layer l's state after time step s - 1 - l
+      g_0, s = xs
+      g = (g_0 + h[0] @ first.w_hh[...])[None]
+      if rest:  # layer l > 0 reads layer l - 1's newest output
+        g = jnp.concatenate([g, jnp.einsum("lbk,lkg->lbg", jnp.concatenate([h[:-1], h[1:]], axis=-1), w_rest) + b_rest])
+      h_new, c_new = _cell(g, c)
+      t = s - jnp.arange(L)
+      live = ((t >= 0) & (t < T))[:, None, None]  # layer l is between its first and last frame
+      return (jnp.where(live, h_new, h), jnp.where(live, c_new, c)), None
+
+    zeros = jnp.zeros((L, B, first.hidden), x_tbd.dtype)
+    (h, _), _ = jax.lax.scan(step, (zeros, zeros), (gates_0, jnp.arange(T + L - 1)))
+    return h[-1]
 
   @classmethod
   def from_resemblyzer(cls, path: str | pathlib.Path | None = None) -> "GE2E":
