@@ -7,7 +7,10 @@ The clip: two espeak-ng voices (en-us+f3, en-gb+m3) taking alternate turns with 
 jittered position. Frames are sampled at `--face-fps` (the memorization default is 1 fps, HOG upsample 0).
 Every stage is timed after one warm-up run (jit compilation excluded; load and compile times are printed).
 Competitors in the same process: Resemblyzer (PyTorch) for GE2E and transformers Whisper (greedy, the same
-tiny.en weights) for ASR. Prints `RESULT realtime_factor=... ge2e_ratio=... whisper_ratio=...`.
+tiny.en weights) for ASR, timed interleaved by bench/whisper.py, which also times the work before the first decoder
+token alone on both sides (`whisper_encoder_ratio`; `whisper_ceiling` = the whisper_ratio m3jax would reach if its
+decoding took no time). Prints `RESULT realtime_factor=... ge2e_ratio=... whisper_ratio=... whisper_encoder_ratio=...
+whisper_ceiling=...`.
 """
 
 from __future__ import annotations
@@ -139,8 +142,11 @@ def main() -> None:
         + ("" if transcriber is not None else " (WITHOUT ASR)"))
 
   ge2e_ratio = bench_ge2e(encoder, seg_audio, args.repeats)
-  whisper_ratio = bench_whisper(transcriber, seg_audio, args.repeats) if transcriber is not None else float("nan")
-  print(f"RESULT realtime_factor={rtf:.2f} ge2e_ratio={ge2e_ratio:.2f} whisper_ratio={whisper_ratio:.2f} "
+  nan = float("nan")
+  asr = bench_whisper(transcriber, seg_audio, args.repeats) if transcriber is not None else {}
+  print(f"RESULT realtime_factor={rtf:.2f} ge2e_ratio={ge2e_ratio:.2f} "
+        f"whisper_ratio={asr.get('whisper_ratio', nan):.2f} "
+        f"whisper_encoder_ratio={asr.get('encoder_ratio', nan):.2f} whisper_ceiling={asr.get('ceiling', nan):.2f} "
         f"load={os.getloadavg()[0]:.1f}")
 
 
@@ -167,36 +173,15 @@ def bench_ge2e(encoder, segments: list[np.ndarray], repeats: int) -> float:
   return t_ref / t_ours
 
 
-def bench_whisper(transcriber, segments: list[np.ndarray], repeats: int) -> float:
-  """Greedy transcripts of all segments: m3jax Transcriber vs transformers generate (batched, same weights)."""
-  import torch
-  from transformers import GenerationConfig, WhisperConfig, WhisperFeatureExtractor, WhisperForConditionalGeneration
+def bench_whisper(transcriber, segments: list[np.ndarray], repeats: int) -> dict[str, float]:
+  """Greedy transcripts of all segments: m3jax Transcriber vs transformers generate (bench/whisper.py)."""
+  from whisper import compare_whisper  # bench/whisper.py: this script's folder is first on sys.path
 
-  from m3jax.models.weights.ct2 import ct2_whisper_to_hf, read_ct2
-  from m3jax.perception.asr import ENGLISH_PROMPT, shipped_model_dir
-
-  config, state = ct2_whisper_to_hf(read_ct2(shipped_model_dir())[1])
-  hf = WhisperForConditionalGeneration(WhisperConfig(**config)).eval()
-  hf.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in state.items()})
-  extractor = WhisperFeatureExtractor()
-  gen = GenerationConfig(decoder_start_token_id=50257, eos_token_id=50256, pad_token_id=50256,
-                         max_new_tokens=transcriber.sampler.config.max_new_tokens, do_sample=False, num_beams=1)
-
-  def run_hf() -> list[str]:
-    feats = extractor(segments, sampling_rate=A.SAMPLE_RATE, return_tensors="pt").input_features
-    with torch.no_grad():
-      out = hf.generate(feats, decoder_input_ids=torch.tensor([list(ENGLISH_PROMPT)] * len(segments)),
-                        generation_config=gen).numpy()
-    return [transcriber.decode_tokens(row.tolist()) for row in out]  # prompt ids are specials: dropped
-
-  run_hf()
-  transcriber.transcribe(segments)  # warm-up: compile this batch's programs outside the timing, as for torch
-  t_hf, hf_texts = best_time(run_hf, repeats)
-  t_ours, texts = best_time(lambda: transcriber.transcribe(segments), repeats)
-  same = sum(a == b for a, b in zip(texts, hf_texts))
-  print(f"Whisper {len(segments)} segments: transformers {t_hf:.3f} s, m3jax {t_ours:.3f} s, "
-        f"identical transcripts {same}/{len(segments)}; e.g. {texts[0]!r}")
-  return t_hf / t_ours
+  r = compare_whisper(transcriber, segments, repeats)
+  print(f"Whisper {r['segments']} segments: transformers {r['transformers_s']:.3f} s, m3jax {r['m3jax_s']:.3f} s, "
+        f"identical transcripts {r['same_text']}/{r['segments']}; before the first decoder token: transformers "
+        f"{r['transformers_encoder_s']:.3f} s, m3jax {r['m3jax_encoder_s']:.3f} s")
+  return r
 
 
 if __name__ == "__main__":

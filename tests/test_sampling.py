@@ -109,6 +109,22 @@ def test_top_k_one_is_greedy_and_top_p_keeps_the_nucleus():
   assert set(int(d) for d in draws) <= {1, 3} and len(set(int(d) for d in draws)) == 2
 
 
+def test_greedy_token_is_argmax_and_its_log_softmax():
+  """Ties pick the first maximum and a NaN row picks its first NaN, as jnp.argmax; log-probs equal log_softmax."""
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(6, 51864)).astype(np.float32) * 4
+  logits[1, [7, 300, 9000]] = logits[1].max() + 1.0  # a three-way tie
+  logits[2, [50, 40000]] = np.nan
+  logits[3, :] = -1e30
+  logits = jnp.asarray(logits)
+  tok, logp = jax.jit(lambda x: sample_token(x, jax.random.PRNGKey(0), SamplingConfig(greedy=True)))(logits)
+  expected = jnp.argmax(logits, axis=-1)
+  assert tok.tolist() == expected.tolist() and tok.tolist()[1:4] == [7, 50, 0]
+  ref = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), expected[:, None], axis=-1)[:, 0]
+  finite = np.arange(6) != 2
+  np.testing.assert_allclose(np.asarray(logp)[finite], np.asarray(ref)[finite], rtol=0, atol=1e-6)
+
+
 def test_stop_string_truncates_and_continuation_rolls_back(smollm2):
   from m3jax.models.tokenizer import chat_ids
   model, tok = smollm2
