@@ -1,7 +1,9 @@
 """M3-Bench evaluation: annotations + memory graphs -> judged trajectories (JSONL) + summary + plot.
 
-  python -m m3jax.eval --config configs/eval.py --set annotations=../shared/data/m3bench/robot.json \\
-      --set graphs_dir=/path/to/memory_graphs/robot --set output=results/robot.jsonl
+  python -m m3jax.eval --config configs/eval.py --set annotations=m3jax/data/m3bench_annotations/web.json \\
+      --set graphs_dir=/path/to/memory_graphs/web --set output=results/web.jsonl
+
+(configs/eval.py defaults to the robot annotations that ship with the package, `bundled_annotations("robot")`.)
 
 Resumable: question ids already in the output file are skipped, new lines are appended batch by batch (flushed),
 so a killed run loses at most one batch. Questions are grouped by graph before batching so a batch touches few
@@ -34,7 +36,7 @@ class EvalConfig:
   graphs_dir: str = ""          # graph of a question = graphs_dir / basename(mem_path) (.pkl reference or m3jax)
   output: str = "results/eval.jsonl"
   model: str = "smollm2-135m-instruct"   # the control policy: the shipped default, a .gguf or an HF directory
-  embedder: str = "minilm"      # "minilm" (m3jax graphs) or a fixture embedder JSON (the official-format fixtures)
+  embedder: str = "minilm"      # "minilm" (m3jax graphs), "hashed" or a *.embedder.json (official-format fixtures)
   judge: str = "llm"            # llm | http | exact | contains | f1 | choice
   judge_model: str = "smollm2-135m-instruct"
   judge_max_new_tokens: int = 8
@@ -145,12 +147,17 @@ def build_judge(cfg: EvalConfig) -> Judge:
 
 
 def make_embedder(name: str):
-  """`minilm` -> the MiniLM sentence embedder; a path to a fixture `*.embedder.json` -> that hashed embedder."""
+  """`minilm` -> the MiniLM sentence embedder; `hashed` -> the fixture graphs' hashed bag-of-words embedder
+  (built in); a path to a `*.embedder.json` spec -> that hashed embedder."""
   if name == "minilm":
     from m3jax.models.bert import TextEmbedder
     return TextEmbedder.from_pretrained()
   from m3jax.memory.fixture_embedder import HashedBowEmbedder
-  return HashedBowEmbedder.from_json(name)
+  if name == "hashed":
+    return HashedBowEmbedder.builtin()
+  if name.endswith(".json"):
+    return HashedBowEmbedder.from_json(name)
+  raise ValueError(f"embedder must be minilm, hashed or a path to a *.embedder.json spec, got {name!r}")
 
 
 def build_controller_factory(cfg: EvalConfig):
