@@ -46,5 +46,5 @@ fi
 shift || true
 case "$mode" in
   test) cd "$ROOT" && exec "$VENV/bin/python" -m pytest "$@" ;;
-  *)    exec "$VENV/bin/python" -m m3jax.cli "$mode" "$@" ;;
+  *)    exec "$VENV/bin/python" -P -m m3jax.cli "$mode" "$@" ;;  # -P: a caller's ./m3jax cannot shadow the package
 esac

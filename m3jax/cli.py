@@ -54,10 +54,10 @@ def _memorize_config(args):
 
 
 def run_memorize(args) -> int:
-  from m3jax.agent.memorize import Memorizer, read_manifest
-
   if args.max_clips is not None and args.max_clips < 1:
     raise UserError(f"--max-clips must be >= 1, got {args.max_clips}")
+  from m3jax.agent.memorize import Memorizer, read_manifest
+
   memorizer = Memorizer(args.memory, _memorize_config(args))  # builds the config's writer
   try:
     report = memorizer.memorize(args.video, append=args.append, max_clips=args.max_clips,
@@ -90,17 +90,18 @@ def add_ask(sub) -> None:
 
 
 def run_ask(args) -> int:
-  from m3jax.agent.control import Question
-  from m3jax.agent.demo import make_answerer
-  from m3jax.agent.memorize import load_memory
-  from m3jax.agent.perceive import PerceptionModels
-
   if not args.question.strip():
     raise UserError("the question is empty")
   if args.before_clip is not None and args.before_clip < 0:
     raise UserError(f"--before-clip must be a clip number >= 0, got {args.before_clip}")
+  from m3jax.agent.control import Question
+  from m3jax.agent.demo import make_answerer
+  from m3jax.agent.memorize import load_memory
+  from m3jax.models.bert import TextEmbedder
+
   graph = load_memory(args.memory)
-  answerer = make_answerer(args.answerer, [graph], PerceptionModels.load(), args.llm, not args.free_form)
+  answerer = make_answerer(args.answerer, [graph], TextEmbedder.from_pretrained(), args.llm,
+                           not args.free_form)  # only the text embedder: no perception model loads
   answer = answerer.answer([Question("q", args.question, "", 0, before_clip=args.before_clip)])[0]
   if args.show_trajectory and getattr(answerer, "trajectories", None):
     for r in answerer.trajectories[0].rounds:
