@@ -33,7 +33,7 @@ from m3jax.agent.judges import JUDGES, HTTPJudgeConfig, Judge, JudgeItem, make_j
 from m3jax.agent.trajectory import Trajectory
 from m3jax.config import add_config_args, apply_overrides, load_config
 from m3jax.data.m3bench import BenchQuestion, load_annotations
-from m3jax.errors import UserError, run_cli
+from m3jax.errors import Interrupted, UserError, run_cli
 from m3jax.eval_report import format_summary, plot_summary, read_jsonl, summarize
 
 
@@ -257,12 +257,17 @@ def build_controller_factory(cfg: EvalConfig, graph_paths: dict[str, pathlib.Pat
 
 
 def evaluate(cfg: EvalConfig, progress: bool = True) -> dict[str, Any]:
-  """The whole evaluation of `cfg`: annotations, graphs located up front, answers, judge, summary."""
+  """The whole evaluation of `cfg`: annotations, graphs located up front, answers, judge, summary. For entry
+  points: Ctrl-C becomes `Interrupted`, saying that a re-run resumes."""
   if not cfg.annotations:
     raise UserError("set annotations=... (config file or --set): the M3-Bench-format questions to answer")
   questions = load_annotations(cfg.annotations)
   paths = locate_graphs(cfg, questions)
-  return run_eval(cfg, questions, build_controller_factory(cfg, paths), build_judge(cfg), progress=progress)
+  try:
+    return run_eval(cfg, questions, build_controller_factory(cfg, paths), build_judge(cfg), progress=progress)
+  except KeyboardInterrupt:
+    raise Interrupted(f"the answers so far are kept in {cfg.output}.partial; re-run the same command to "
+                      "resume") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

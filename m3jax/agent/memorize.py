@@ -207,35 +207,37 @@ class Memorizer:
     clips = media.iter_clips(video, self.config.clip_seconds, self.config.perception.face_fps,
                              self.config.perception.max_side, first_clip=first_in_video,
                              min_seconds=self.config.min_clip_seconds)
-    while max_clips is None or len(done) < max_clips:
-      t = time.perf_counter()
-      clip = next(clips, None)
-      timings["decode"] += time.perf_counter() - t
-      if clip is None:
-        break
-      clip_id = source["first_clip"] + clip.index
-      clip.index = clip_id
-      clip.start = clip.start + source["first_clip"] * self.config.clip_seconds
-      try:
-        obs = perceive_clip(clip, self.graph, models, self.config.perception,
-                            timer=lambda k, dt: timings.__setitem__(k, timings[k] + dt))
-        observe = getattr(self.writer, "observe_clip", None)
-        if observe is not None:  # a writer that watches the clip itself (omni) gets its frames, audio, crops
-          observe(clip, obs, self.graph)
-        mem = self._write_and_insert(obs, timings)
+    try:  # the bar ends its line even on Ctrl-C, so the CLI's message starts on a fresh one
+      while max_clips is None or len(done) < max_clips:
         t = time.perf_counter()
-        self._checkpoint(source, clip_id, obs, mem)
-        timings["save"] += time.perf_counter() - t
-      except BaseException:  # a half-processed clip must not linger in this object: back to the checkpoint
-        self._rollback()
-        raise
-      done.append(clip_id)
-      media_s += clip.duration
+        clip = next(clips, None)
+        timings["decode"] += time.perf_counter() - t
+        if clip is None:
+          break
+        clip_id = source["first_clip"] + clip.index
+        clip.index = clip_id
+        clip.start = clip.start + source["first_clip"] * self.config.clip_seconds
+        try:
+          obs = perceive_clip(clip, self.graph, models, self.config.perception,
+                              timer=lambda k, dt: timings.__setitem__(k, timings[k] + dt))
+          observe = getattr(self.writer, "observe_clip", None)
+          if observe is not None:  # a writer that watches the clip itself (omni) gets its frames, audio, crops
+            observe(clip, obs, self.graph)
+          mem = self._write_and_insert(obs, timings)
+          t = time.perf_counter()
+          self._checkpoint(source, clip_id, obs, mem)
+          timings["save"] += time.perf_counter() - t
+        except BaseException:  # a half-processed clip must not linger in this object: back to the checkpoint
+          self._rollback()
+          raise
+        done.append(clip_id)
+        media_s += clip.duration
+        if bar is not None:
+          bar.set_postfix({k: f"{v:.1f}s" for k, v in timings.items() if v >= 0.05}, refresh=False)
+          bar.update(1)
+    finally:
       if bar is not None:
-        bar.set_postfix({k: f"{v:.1f}s" for k, v in timings.items() if v >= 0.05}, refresh=False)
-        bar.update(1)
-    if bar is not None:
-      bar.close()
+        bar.close()
     wall = time.perf_counter() - start
     if done:
       total_t = self.manifest.setdefault("timings", {})
