@@ -35,6 +35,7 @@ from m3jax.memory.search import MemorySearcher, SearchConfig
 from m3jax.models.llm import load_llm
 from m3jax.models.sampling import Sampler, SamplingConfig
 from m3jax.models.weights.gguf import smollm2_path
+from competitors import require  # bench/competitors.py (bench/ leads sys.path)
 
 TESTS = pathlib.Path(__file__).resolve().parents[1] / "tests"
 sys.path.insert(0, str(TESTS))              # the reference oracle, tests/reference_search.py
@@ -125,6 +126,7 @@ def main() -> None:
   parser.add_argument("--buckets", choices=("fine", "pow2"), default="fine",
                       help="sequence-length buckets: 1.5x steps (less padded prefill) or the sampler's powers of two")
   args = parser.parse_args()
+  require({"torch": "torch", "transformers": "transformers"})  # the competitor's packages (bench/setup)
 
   embed = HashedBowEmbedder.from_json(FIXTURES / "small.embedder.json")
   graphs = [MemoryGraph.from_reference_pickle(FIXTURES / f"{g}.pkl") for g in GRAPHS]
