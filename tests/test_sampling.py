@@ -126,17 +126,25 @@ def test_greedy_token_is_argmax_and_its_log_softmax():
 
 
 def test_stop_string_truncates_and_continuation_rolls_back(smollm2):
+  """Against a decode without stop strings, cut by hand at the first "France" of its text; the next turn equals a
+  fresh prefill of prompt + kept tokens + new tokens, built here and not from the sampler's history."""
   from m3jax.models.tokenizer import chat_ids
   model, tok = smollm2
   prompt = chat_ids(tok, [{"role": "user", "content": "What is the capital of France?"}])
-  cfg = SamplingConfig(max_new_tokens=24, greedy=True, stop_strings=("France",), stop_check_interval=4)
+  free = Sampler(model, SamplingConfig(max_new_tokens=24, greedy=True), tokenizer=tok).generate([prompt]).tokens[0]
+  text = tok.decode(free, skip_special_tokens=False)
+  assert "France" in text
+  kept = next(k for k in range(1, len(free) + 1) if "France" in tok.decode(free[:k], skip_special_tokens=False))
+  assert kept + 3 <= len(free)
+  # the host first looks at the text 3 tokens after the stop string: they are in the cache and must be rolled back
+  cfg = SamplingConfig(max_new_tokens=24, greedy=True, stop_strings=("France",), stop_check_interval=kept + 3)
   sampler = Sampler(model, cfg, tokenizer=tok)
   out = sampler.generate([prompt])
-  assert out.finish_reason == ["stop_string"] and out.text[0].endswith("France")
-  nxt = sampler.continue_(out.state, [tok.encode(" and", add_special_tokens=False)],
-                          SamplingConfig(max_new_tokens=6, greedy=True))
-  ref = sampler.generate([out.state.history[0][:-len(nxt.tokens[0])]], SamplingConfig(max_new_tokens=6, greedy=True))
-  assert nxt.tokens == ref.tokens
+  assert out.finish_reason == ["stop_string"] and out.tokens[0] == free[:kept]
+  assert out.text[0] == text[:text.index("France") + len("France")]
+  more, short = tok.encode(" and", add_special_tokens=False), SamplingConfig(max_new_tokens=6, greedy=True)
+  nxt = sampler.continue_(out.state, [more], short)
+  assert nxt.tokens == sampler.generate([prompt + free[:kept] + more], short).tokens
 
 
 def test_sharded_forward_and_decode_equal_single_device(tiny):
