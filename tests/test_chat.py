@@ -24,7 +24,7 @@ def sampler(smollm2):
 def _check_fresh(sampler, chat):
   """The last turn equals the reply to the conversation before it from a new cache, prefilled at once: same
   tokens, log-probs within float32 rounding of the log-prob scale (they differ by far more when the cache is
-  missing a token, as the rolled-back <|im_end|> the next turn must feed first)."""
+  missing a token, such as the <|im_end|> sampled last, which is not in the cache until the next turn feeds it)."""
   fresh = sampler.generate([chat_ids(sampler.tokenizer, chat.messages[:-1])])
   assert chat.last.tokens == fresh.tokens and chat.messages[-1]["content"] == fresh.text[0].strip()
   got, want = chat.last.logprobs[0], fresh.logprobs[0]
