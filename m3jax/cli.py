@@ -177,39 +177,69 @@ def add_chat(sub) -> None:
   p.set_defaults(run=run_chat)
 
 
+def chat_config(tokenizer, max_new_tokens: int = 256, temperature: float = 0.0, top_p: float = 1.0, seed: int = 0):
+  """The chat's sampling settings: greedy at temperature 0, stops at the tokenizer's EOS and <|im_end|>."""
+  from m3jax.models.sampling import SamplingConfig
+
+  stop = tuple(i for i in {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")} if isinstance(i, int))
+  return SamplingConfig(max_new_tokens=max_new_tokens, greedy=temperature == 0, temperature=temperature or 1.0,
+                        top_p=top_p, stop_token_ids=stop, seed=seed)
+
+
+class Chat:
+  """One conversation on one KV cache. A turn re-renders the whole conversation with the chat template; when that
+  starts with the cached tokens (the reply tokenizes back to what was sampled), only the new tokens are prefilled.
+  Otherwise (say, a reply whose stripped whitespace was a token) the whole conversation is prefilled again: slower,
+  not wrong, so it is counted in `reprefills` and reported on stderr instead of happening silently. `last` is the
+  last turn's SampleOutput (its tokens and log-probs)."""
+
+  def __init__(self, sampler, tokenizer):
+    self.sampler, self.tokenizer = sampler, tokenizer
+    self.messages: list[dict[str, str]] = []
+    self.last = None
+    self.reprefills = 0
+
+  def say(self, text: str) -> str:
+    from m3jax.models.tokenizer import chat_ids
+
+    self.messages.append({"role": "user", "content": text})
+    ids = chat_ids(self.tokenizer, self.messages)
+    history = self.last.state.history[0] if self.last is not None else None
+    if history is not None and ids[:len(history)] == history:
+      out = self.sampler.continue_(self.last.state, [ids[len(history):]])
+    else:
+      if history is not None:
+        self.reprefills += 1
+        print(f"m3jax chat: the conversation no longer tokenizes to the cached {len(history)} tokens; "
+              f"prefilling all {len(ids)} again", file=sys.stderr)
+      out = self.sampler.generate([ids])
+    self.last = out
+    reply = out.text[0].strip()
+    self.messages.append({"role": "assistant", "content": reply})
+    return reply
+
+
 def run_chat(args) -> int:
   from m3jax.models.llm import load_llm
-  from m3jax.models.sampling import Sampler, SamplingConfig
+  from m3jax.models.sampling import Sampler
   from m3jax.models.tokenizer import chat_ids
 
   model, tok = load_llm(args.llm)
-  stop = tuple(i for i in {tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")} if isinstance(i, int))
-  cfg = SamplingConfig(max_new_tokens=args.max_new_tokens, greedy=args.temperature == 0,
-                       temperature=args.temperature or 1.0, top_p=args.top_p, stop_token_ids=stop, seed=args.seed)
+  cfg = chat_config(tok, args.max_new_tokens, args.temperature, args.top_p, args.seed)
   sampler = Sampler(model, cfg, tokenizer=tok)
   if args.prompt:
     out = sampler.generate([chat_ids(tok, [{"role": "user", "content": p}]) for p in args.prompt])
     for prompt, text in zip(args.prompt, out.text):
       print(f">>> {prompt}\n{text.strip()}" if len(args.prompt) > 1 else text.strip())
     return 0
-  messages, state = [], None
+  chat = Chat(sampler, tok)
   while True:
     try:
       line = input(">>> ").strip()
     except EOFError:
       return 0
-    if not line:
-      continue
-    messages.append({"role": "user", "content": line})
-    ids = chat_ids(tok, messages)
-    history = state.history[0] if state is not None else []
-    if state is not None and ids[:len(history)] == history:  # append only the new turn to the cached history
-      out = sampler.continue_(state, [ids[len(history):]])
-    else:
-      out = sampler.generate([ids])
-    state = out.state
-    messages.append({"role": "assistant", "content": out.text[0].strip()})
-    print(out.text[0].strip())
+    if line:
+      print(chat.say(line))
 
 
 SUBCOMMANDS: list[Callable] = [add_memorize, add_ask, add_eval, add_demo, add_chat]
