@@ -18,6 +18,10 @@ F32_FLOOR = 1e-6  # ~8 float32 ulps of the largest value: the least error a floa
 # AVX-512 machine took SmolLM2 from 1.0 to 2.1 (torch's float32 got more accurate there, XLA's less). A wrong
 # implementation lands far beyond: RMSNorm eps x2 gave 300-5000, rope theta x1.001 4-200.
 MAX_FACTOR, RMS_FACTOR = 4.0, 3.0
+# Log-spectra turn a float32 FFT's error, relative to a frame's energy, into an absolute error that is largest in
+# its quietest bins: one such bin can be 8.5e-6 off in m3jax (XLA's FFT) while torch's happens to be 1.3e-6 there
+# (Omni log-mels of white noise, RMS ratio 1.4). Their max error is floored at ~40 float32 ulps of the largest value.
+LOG_SPECTRUM_FLOOR = 1e-5
 
 
 def _f64(x):
