@@ -40,7 +40,7 @@ def assert_close_to_reference(ours, ref32, ref64, *, max_factor=MAX_FACTOR, rms_
                               floor=F32_FLOOR, what="values"):
   """Assert that `ours` (m3jax float32) is within `max_factor` x the reference's float32 max error and `rms_factor`
   x its RMS error, both from the reference's float64 output `ref64`; the max bound is at least `floor` x max|ref64|,
-  the RMS one `floor` x RMS(ref64) (a floor on the max scale would let a systematic error hide under the noise).
+  the RMS one F32_FLOOR x RMS(ref64) (a floor on the max scale would let a systematic error hide under the noise).
   Returns the two ratios (ours / reference error) and prints them (visible with `pytest -rP`); a ratio above its
   factor passes only under the floor."""
   ours, ref32, ref64 = _f64(ours), _f64(ref32), _f64(ref64)
@@ -49,11 +49,11 @@ def assert_close_to_reference(ours, ref32, ref64, *, max_factor=MAX_FACTOR, rms_
   err, ref_err = ours - ref64, ref32 - ref64
   ours_max, ref_max = float(np.abs(err).max()), float(np.abs(ref_err).max())
   ours_rms, ref_rms = _rms(err), _rms(ref_err)
-  max_bound, rms_bound = max(max_factor * ref_max, floor * scale), max(rms_factor * ref_rms, floor * rms_scale)
+  max_bound, rms_bound = max(max_factor * ref_max, floor * scale), max(rms_factor * ref_rms, F32_FLOOR * rms_scale)
   ratios = _ratio(ours_max, ref_max), _ratio(ours_rms, ref_rms)
   report = (f"{what}: from float64, m3jax max {ours_max:.3g} rms {ours_rms:.3g}; reference float32 max {ref_max:.3g} "
             f"rms {ref_rms:.3g}; ratios {ratios[0]:.2f} / {ratios[1]:.2f} (bounds {max_factor} / {rms_factor}, "
-            f"floor {floor:g} x max {scale:.3g} / rms {rms_scale:.3g})")
+            f"floors {floor:g} x max {scale:.3g} / {F32_FLOOR:g} x rms {rms_scale:.3g})")
   print(report)
   assert np.isfinite(err).all() and ours_max <= max_bound and ours_rms <= rms_bound, report
   return ratios
