@@ -1,5 +1,6 @@
 """Flax BERT sentence encoder vs sentence-transformers / transformers on real and tiny random weights."""
 
+import copy
 import json
 import shutil
 
@@ -7,6 +8,8 @@ import numpy as np
 import pytest
 
 from m3jax.models.bert import TextEmbedder, TextInputError, default_model_dir
+
+from parity import assert_close_to_reference
 
 TEXTS = [
     "A man is playing a guitar.",
@@ -27,10 +30,11 @@ def minilm():
 def test_minilm_matches_sentence_transformers(minilm):
   from sentence_transformers import SentenceTransformer
 
-  ref = SentenceTransformer(str(default_model_dir()), device="cpu").encode(TEXTS, convert_to_numpy=True)
+  st = SentenceTransformer(str(default_model_dir()), device="cpu")
+  ref32, ref64 = (m.encode(TEXTS, convert_to_numpy=True) for m in (st, copy.deepcopy(st).double()))
   ours = minilm(TEXTS)
   assert ours.shape == (len(TEXTS), 384) and ours.dtype == np.float32
-  assert np.abs(ours - ref).max() <= 1e-5
+  assert_close_to_reference(ours, ref32, ref64, what="MiniLM embeddings")
   np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
   assert ours[0] @ ours[1] > ours[0] @ ours[2] + 0.3  # paraphrase much closer than an unrelated sentence
 
@@ -59,14 +63,14 @@ def test_any_bert_directory_loads(tmp_path):
   model = AutoModel.from_pretrained(tmp_path).eval()
   enc = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
   enc.no_padding()  # the shipped tokenizer.json pads to 128 by default
+  refs = []
   with torch.no_grad():
-    rows = []
-    for t in TEXTS[:3]:
-      ids = torch.tensor([enc.encode(t).ids])
-      cls = model(input_ids=ids).last_hidden_state[0, 0].numpy()
-      rows.append(cls / np.linalg.norm(cls))
+    for m in (model, copy.deepcopy(model).double()):
+      cls = np.stack([m(input_ids=torch.tensor([enc.encode(t).ids])).last_hidden_state[0, 0].numpy()
+                      for t in TEXTS[:3]])
+      refs.append(cls / np.linalg.norm(cls, axis=1, keepdims=True))
   assert ours.shape == (3, 32)
-  assert np.abs(ours - np.stack(rows)).max() <= 1e-5
+  assert_close_to_reference(ours, *refs, what="CLS embeddings")
 
 
 def test_bad_inputs(minilm, tmp_path):

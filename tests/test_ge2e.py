@@ -1,6 +1,7 @@
 """GE2E speaker encoder: torch-free checkpoint reader, Resemblyzer-equal features and embeddings, speaker ID."""
 
 import collections
+import copy
 import io
 import pathlib
 import pickle
@@ -16,6 +17,7 @@ from m3jax.perception import audio as A
 from m3jax.perception.voices import SilentSegmentError, SpeakerEncoder
 
 from espeak_voices import SENTENCES, VOICES, say
+from parity import assert_close_to_reference, torch_f32_f64
 
 PRETRAINED = pathlib.Path(__import__("resemblyzer").__file__).parent / "pretrained.pt"
 
@@ -115,22 +117,26 @@ def test_mel_front_end_equals_librosa(speech):
   import librosa
 
   wav = speech[("f3", 0)]
-  ref = librosa.feature.melspectrogram(y=wav, sr=16000, n_fft=400, hop_length=160, n_mels=40).T
+  ref32, ref64 = (librosa.feature.melspectrogram(y=y, sr=16000, n_fft=400, hop_length=160, n_mels=40).T
+                  for y in (wav, wav.astype(np.float64)))  # librosa computes in its input's precision
   ours = A.mel_spectrogram(wav)
-  assert ours.shape == ref.shape
-  np.testing.assert_allclose(ours, ref, rtol=1e-4, atol=1e-6 * ref.max())
+  assert ours.shape == ref32.shape
+  assert_close_to_reference(ours, ref32, ref64, what="mel power")
 
 
 def test_embeddings_match_resemblyzer(speech, encoder, resemblyzer_encoder):
   wavs = [speech[("f3", 0)], speech[("klatt", 1)], speech[("m3", 2)][:20_000]]  # incl. a 1.25 s clip
   ours = encoder.embed(wavs)
-  ref = np.stack([resemblyzer_encoder.embed_utterance(A.normalize_volume(w)) for w in wavs])
+  # resemblyzer's pipeline makes float32 mels; its float64 run feeds them to a float64 copy of the network
+  double = copy.deepcopy(resemblyzer_encoder).double()
+  double.forward = lambda mels, forward=double.forward: forward(mels.double())
+  ref32, ref64 = (np.stack([e.embed_utterance(A.normalize_volume(w)) for w in wavs])
+                  for e in (resemblyzer_encoder, double))
   assert ours.shape == (3, 256)
-  assert np.abs(ours - ref).max() <= 1e-4
+  assert_close_to_reference(ours, ref32, ref64, what="utterance embeddings")
   mels = A.utterance_partials(A.normalize_volume(wavs[0]))
-  with torch.no_grad():
-    ref_partials = resemblyzer_encoder(torch.from_numpy(mels)).numpy()
-  assert np.abs(encoder.embed_partials(mels) - ref_partials).max() <= 1e-4
+  ref32, ref64 = torch_f32_f64(resemblyzer_encoder, lambda m, dt: m(torch.from_numpy(mels).to(dt)))
+  assert_close_to_reference(encoder.embed_partials(mels), ref32, ref64, what="partial embeddings")
 
 
 def test_speaker_identification_1nn(speech, encoder):
@@ -174,6 +180,6 @@ def test_wavefront_lstm_equals_torch_lstm(layers):
       getattr(lstm, f"weight_hh_l{i}").copy_(torch.tensor(np.asarray(layer.w_hh[...]).T))
       getattr(lstm, f"bias_ih_l{i}").copy_(torch.tensor(np.asarray(layer.bias[...])))
       getattr(lstm, f"bias_hh_l{i}").zero_()
-    _, (h, _) = lstm(torch.from_numpy(x))
-  got = np.asarray(model._last_hidden(jnp.swapaxes(jnp.asarray(x), 0, 1)))
-  np.testing.assert_allclose(got, h[-1].numpy(), atol=1e-5, rtol=0)
+  ref32, ref64 = torch_f32_f64(lstm, lambda m, dt: m(torch.from_numpy(x).to(dt))[1][0][-1])
+  got = model._last_hidden(jnp.swapaxes(jnp.asarray(x), 0, 1))
+  assert_close_to_reference(got, ref32, ref64, what=f"{layers}-layer last hidden state")

@@ -11,6 +11,8 @@ from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import Qwen2_5OmniAu
 from m3jax.models.omni.audio import AUDIO_LOGICAL, AudioConfig, AudioEncoder, audio_output_lengths, plan_audio
 from m3jax.models.omni.weights import audio_params, place
 
+from parity import assert_close_to_reference, torch_f32_f64
+
 HF_CFG = dict(num_mel_bins=16, encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=48, d_model=32,
               output_dim=24, n_window=5, max_source_positions=64, initializer_range=0.1)
 LENS = np.array([37, 10, 23, 4])
@@ -34,13 +36,13 @@ def test_audio_parity_vs_transformers(hf_model):
   sd = {k: v.numpy() for k, v in hf_model.state_dict().items()}
   model = AudioEncoder(cfg, params=place(audio_params(sd.__getitem__, cfg, prefix=""), AUDIO_LOGICAL, "float32", None))
   x = np.random.default_rng(0).standard_normal((16, int(LENS.sum()))).astype(np.float32)
-  with torch.no_grad():
-    ref = hf_model(torch.from_numpy(x), feature_lens=torch.from_numpy(LENS)).last_hidden_state.numpy()
+  ref32, ref64 = torch_f32_f64(hf_model, lambda m, dt: m(torch.from_numpy(x).to(dt),
+                                                        feature_lens=torch.from_numpy(LENS)).last_hidden_state)
   plan = plan_audio(LENS, cfg)
   out = np.asarray(jax.jit(lambda m, x: m(x, plan))(model, x))
-  assert out.shape == ref.shape == (int(audio_output_lengths(LENS).sum()), 24)
+  assert out.shape == ref32.shape == (int(audio_output_lengths(LENS).sum()), 24)
   assert plan.output_lengths == tuple(audio_output_lengths(LENS).tolist())
-  np.testing.assert_allclose(out, ref, atol=1e-4, rtol=0)
+  assert_close_to_reference(out, ref32, ref64, what="audio encoder output")
 
 
 def test_audio_plan_rejects_bad_lengths():

@@ -14,6 +14,8 @@ from m3jax.models.omni.placeholders import audio_ids, image_ids, video_ids
 from m3jax.models.omni.thinker import ThinkerConfig, ThinkerInputError, ThinkerInputs
 from m3jax.models.omni.weights import load_thinker, thinker_from_tensors
 
+from parity import assert_close_to_reference, torch_f32_f64
+
 TOK = dict(audio_token_index=190, image_token_index=191, video_token_index=192, audio_start_token_id=193,
            audio_end_token_id=194, vision_start_token_id=195, vision_end_token_id=196)
 HF_CFG = dict(
@@ -82,6 +84,7 @@ def _case(cfg: ThinkerConfig, use_aiv: bool):
 
 
 def _hf_logits(model, ids, lengths, img, vid, spg, pix, pixv, feats, alens, use_aiv):
+  """transformers' logits in float32 and float64."""
   mask = (np.arange(ids.shape[1])[None] < lengths[:, None]).astype(np.int64)
   padded = np.zeros((len(alens), 16, alens.max()), np.float32)
   fmask = np.zeros((len(alens), alens.max()), np.int64)
@@ -91,12 +94,15 @@ def _hf_logits(model, ids, lengths, img, vid, spg, pix, pixv, feats, alens, use_
     fmask[i, :n] = 1
     off += n
   t = torch.from_numpy
-  with torch.no_grad():
-    out = model(input_ids=t(ids.astype(np.int64)), attention_mask=t(mask), input_features=t(padded),
-                feature_attention_mask=t(fmask), pixel_values=t(pix), image_grid_thw=t(img),
-                pixel_values_videos=t(pixv), video_grid_thw=t(vid), video_second_per_grid=t(spg.astype(np.float32)),
-                use_audio_in_video=use_aiv)
-  return out.logits.numpy()
+  run = lambda m, dt: m(input_ids=t(ids.astype(np.int64)), attention_mask=t(mask), input_features=t(padded).to(dt),
+                        feature_attention_mask=t(fmask), pixel_values=t(pix).to(dt), image_grid_thw=t(img),
+                        pixel_values_videos=t(pixv).to(dt), video_grid_thw=t(vid),
+                        video_second_per_grid=t(spg.astype(np.float32)), use_audio_in_video=use_aiv).logits
+  return torch_f32_f64(model, run)
+
+
+def _real_tokens(x, lengths):
+  return np.concatenate([np.asarray(x)[b, :n] for b, n in enumerate(lengths)])
 
 
 @pytest.mark.parametrize("use_aiv", [False, True])
@@ -104,9 +110,8 @@ def test_thinker_logits_parity(hf_thinker, thinker, use_aiv):
   ids, lengths, img, vid, spg, pix, pixv, feats, alens = _case(thinker.cfg, use_aiv)
   inputs = ThinkerInputs.build(thinker.cfg, ids, lengths, pix, img, pixv, vid, spg, feats, alens, use_aiv)
   logits, _ = _FORWARD(thinker, inputs)
-  ref = _hf_logits(hf_thinker, ids, lengths, img, vid, spg, pix, pixv, feats, alens, use_aiv)
-  for b, n in enumerate(lengths):
-    np.testing.assert_allclose(np.asarray(logits)[b, :n], ref[b, :n], atol=1e-4, rtol=0)
+  refs = _hf_logits(hf_thinker, ids, lengths, img, vid, spg, pix, pixv, feats, alens, use_aiv)
+  assert_close_to_reference(*(_real_tokens(x, lengths) for x in (logits, *refs)), what="thinker logits")
 
 
 def test_chunked_attention_thinker_logits_parity(hf_thinker):
@@ -118,9 +123,8 @@ def test_chunked_attention_thinker_logits_parity(hf_thinker):
   ids, lengths, img, vid, spg, pix, pixv, feats, alens = _case(cfg, True)
   inputs = ThinkerInputs.build(cfg, ids, lengths, pix, img, pixv, vid, spg, feats, alens, True)
   logits, _ = _FORWARD(chunked, inputs)
-  ref = _hf_logits(hf_thinker, ids, lengths, img, vid, spg, pix, pixv, feats, alens, True)
-  for b, n in enumerate(lengths):
-    np.testing.assert_allclose(np.asarray(logits)[b, :n], ref[b, :n], atol=1e-4, rtol=0)
+  refs = _hf_logits(hf_thinker, ids, lengths, img, vid, spg, pix, pixv, feats, alens, True)
+  assert_close_to_reference(*(_real_tokens(x, lengths) for x in (logits, *refs)), what="chunked thinker logits")
 
 
 def test_thinker_inputs_reject_mismatched_media(thinker):

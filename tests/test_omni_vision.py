@@ -13,6 +13,8 @@ from m3jax.models.omni.weights import place, vision_params
 from m3jax.models.omni.vision import VISION_LOGICAL
 from m3jax.parallel import make_mesh
 
+from parity import assert_close_to_reference, torch_f32_f64
+
 HF_CFG = dict(depth=3, hidden_size=32, intermediate_size=40, num_heads=4, patch_size=4, temporal_patch_size=2,
               spatial_merge_size=2, window_size=16, out_hidden_size=24, fullatt_block_indexes=[1],
               initializer_range=0.1)
@@ -47,11 +49,11 @@ def _inputs(cfg: VisionConfig):
 def test_vision_parity_vs_transformers(hf_model):
   model = _jax_model(hf_model)
   x = _inputs(model.cfg)
-  with torch.no_grad():
-    ref = hf_model(torch.from_numpy(x), grid_thw=torch.from_numpy(GRID)).pooler_output.numpy()
+  ref32, ref64 = torch_f32_f64(hf_model, lambda m, dt: m(torch.from_numpy(x).to(dt),
+                                                        grid_thw=torch.from_numpy(GRID)).pooler_output)
   out = np.asarray(jax.jit(lambda m, x: m(x, plan_vision(GRID, m.cfg)))(model, x))
-  assert out.shape == ref.shape == (int(GRID.prod(-1).sum()) // 4, 24)
-  np.testing.assert_allclose(out, ref, atol=1e-4, rtol=0)
+  assert out.shape == ref32.shape == (int(GRID.prod(-1).sum()) // 4, 24)
+  assert_close_to_reference(out, ref32, ref64, what="vision encoder output")
 
 
 def test_vision_sharded_matches_unsharded(hf_model):

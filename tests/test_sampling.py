@@ -10,6 +10,8 @@ from m3jax.models.sampling import Sampler, SamplingConfig, sample_token
 from m3jax.models.weights.hf import load_hf
 from m3jax.parallel import make_mesh
 
+from parity import assert_close_to_reference, torch_f32_f64
+
 GREEDY = SamplingConfig(max_new_tokens=40, greedy=True)
 
 
@@ -83,20 +85,19 @@ def test_stop_token_and_finish_reasons(tiny):
 
 
 def test_seeded_sampling_is_deterministic_and_logprobs_are_policy_logprobs(tiny):
-  model, _, _ = tiny
+  model, ref, _ = tiny
   cfg = SamplingConfig(max_new_tokens=12, temperature=0.7, top_p=0.9, top_k=20, seed=3)
   sampler = Sampler(model, cfg)
   prompts = _prompts()
   a, b = sampler.generate(prompts), sampler.generate(prompts)
   assert a.tokens == b.tokens
   assert sampler.generate(prompts, seed=4).tokens != a.tokens
-  # returned log-probs equal log softmax(logits / T) of a full forward over prompt + sample
-  seq = prompts[0] + a.tokens[0]
-  logits, _ = model(jnp.asarray([seq]))
-  logp = jax.nn.log_softmax(np.asarray(logits)[0] / 0.7, axis=-1)
-  n = len(prompts[0])
-  want = [logp[n - 1 + i, t] for i, t in enumerate(a.tokens[0])]
-  np.testing.assert_allclose(a.logprobs[0], want, atol=1e-4)
+  # returned log-probs equal log softmax(logits / T) of transformers' full forward over prompt + sample
+  seq, n = prompts[0] + a.tokens[0], len(prompts[0])
+  rows = torch.arange(n - 1, len(seq) - 1)
+  pick = lambda m: torch.log_softmax(m(torch.tensor([seq])).logits[0] / 0.7, -1)[rows, torch.tensor(a.tokens[0])]
+  ref32, ref64 = torch_f32_f64(ref, lambda m, _: pick(m))
+  assert_close_to_reference(a.logprobs[0], ref32, ref64, what="sampled-token log-probs")
 
 
 def test_top_k_one_is_greedy_and_top_p_keeps_the_nucleus():

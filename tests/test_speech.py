@@ -9,6 +9,7 @@ from m3jax.perception import speech
 from m3jax.perception.vad import SileroVAD
 
 from espeak_voices import SENTENCES, dialogue, say
+from parity import assert_close_to_scale
 
 TURNS = [("f3", SENTENCES[0] + " " + SENTENCES[1]), ("m3", SENTENCES[2]), ("klatt", SENTENCES[1]),
          ("f3", SENTENCES[2]), ("scot_f5", SENTENCES[0]), ("m1_low", SENTENCES[1])]
@@ -37,7 +38,11 @@ def test_vad_matches_silero(conversation, vad):
   ref = model.audio_forward(torch.from_numpy(audio)[None], 16000)[0].numpy()
   ours = vad.probs(audio)
   assert ours.shape == ref.shape
-  assert np.abs(ours - ref).max() <= 1e-4
+  # The TorchScript model casts to float32 inside (its decoder's `.to(float)`), so it cannot run in float64: the
+  # bound is on the probability scale (1). Both float32 runs sit 1.1-1.6e-5 from the port run in float64 (measured
+  # on AMD Zen 4 with jax_enable_x64, 955 chunks; the LSTM state carries rounding across chunks), 2.4e-5 apart;
+  # 2e-4 leaves room for other CPUs' kernels (an eps of 1e-6 under the STFT magnitude's sqrt moved them by 0.88).
+  assert_close_to_scale(ours, ref, rel=2e-4, what="speech probabilities")
   ref_spans = silero_vad.get_speech_timestamps(torch.from_numpy(audio), model)
   assert vad.speech_spans(audio, 16000) == [(s["start"], s["end"]) for s in ref_spans]
 
