@@ -26,6 +26,7 @@ from flax import nnx
 from jaxtyping import Array, Float, Int
 
 from m3jax.models.weights.torch_zip import CheckpointFormatError
+from m3jax.models.weights.tracking import TensorSource
 
 
 class TextInputError(ValueError):
@@ -135,16 +136,19 @@ def assign(var: nnx.Variable, value: np.ndarray, name: str) -> None:
 
 
 def load_bert_weights(model: BertEncoder, path: pathlib.Path) -> None:
-  """Copies a Hugging Face BertModel safetensors file into the Flax encoder (Linear weights transposed)."""
+  """Copies a Hugging Face BertModel safetensors file into the Flax encoder (Linear weights transposed); a tensor
+  the encoder does not use fails the load naming it."""
   from safetensors.numpy import load_file
 
   raw = load_file(str(path))
   w = {k.removeprefix("bert.").removeprefix("model."): v for k, v in raw.items()}
-
-  def get(key: str) -> np.ndarray:
-    if key not in w:
-      raise CheckpointFormatError(f"{path}: missing tensor {key}")
-    return w[key]
+  get = TensorSource(w.__getitem__, w, CheckpointFormatError, path)
+  get.skip("pooler.dense.weight", "BertModel's [CLS] pooler; sentence embeddings pool the hidden states instead")
+  get.skip("pooler.dense.bias", "as pooler.dense.weight")
+  if "embeddings.position_ids" in w:  # a buffer: the encoder embeds positions 0..T-1, so it must say exactly that
+    ids = np.asarray(get("embeddings.position_ids")).reshape(-1)
+    if not np.array_equal(ids, np.arange(ids.size)):
+      raise CheckpointFormatError(f"{path}: embeddings.position_ids is not 0..{ids.size - 1}")
 
   def linear(mod: nnx.Linear, key: str) -> None:
     assign(mod.kernel, get(f"{key}.weight").T, key)
@@ -168,6 +172,7 @@ def load_bert_weights(model: BertEncoder, path: pathlib.Path) -> None:
     linear(layer.ffn_in, f"{p}.intermediate.dense")
     linear(layer.ffn_out, f"{p}.output.dense")
     norm(layer.ffn_norm, f"{p}.output.LayerNorm")
+  get.check_all_used()
 
 
 def default_model_dir() -> pathlib.Path:

@@ -28,6 +28,8 @@ class TensorSource:
     self.used.add(name)
     return self._get(name)
 
+  __getitem__ = __call__
+
   def __contains__(self, name: str) -> bool:
     return name in self.names
 
