@@ -160,6 +160,7 @@ def hf_tensors(model: Decoder) -> Iterable[tuple[str, np.ndarray]]:
 def save_hf(model: Decoder, directory: str | pathlib.Path, tokenizer=None,
             max_shard_bytes: int = 4 << 30) -> pathlib.Path:
   """Writes config.json + safetensors shards (+ index when sharded) that transformers loads directly."""
+  hf_cfg = model.cfg.to_hf()  # first: a config with no exact HF form fails before anything is written
   directory = pathlib.Path(directory)
   directory.mkdir(parents=True, exist_ok=True)
   shards: list[dict[str, np.ndarray]] = [{}]
@@ -170,7 +171,6 @@ def save_hf(model: Decoder, directory: str | pathlib.Path, tokenizer=None,
       size = 0
     shards[-1][key] = value
     size += value.nbytes
-  hf_cfg = model.cfg.to_hf()
   hf_cfg["torch_dtype"] = str(np.dtype(model.cfg.pdtype).name) if model.cfg.param_dtype != "bfloat16" else "bfloat16"
   (directory / "config.json").write_text(json.dumps(hf_cfg, indent=2))
   if len(shards) == 1:
