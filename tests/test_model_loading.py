@@ -314,3 +314,18 @@ def test_omni_thinker_load_names_unused_tensors():
   sd["model.visual.blocks.0.attn.q_norm.weight"] = np.ones(8, np.float32)
   with pytest.raises(OmniWeightsError, match="model.visual.blocks.0.attn.q_norm.weight"):
     thinker_from_tensors(ThinkerConfig.from_hf(hf.config.to_dict()), sd.__getitem__, sd.keys())
+
+
+def test_whisper_and_bert_refuse_architecture_switches_they_do_not_implement(tmp_path):
+  from m3jax.models.bert import BertConfig
+  from m3jax.models.whisper import WhisperConfig
+  hf = transformers.WhisperConfig(vocab_size=96, d_model=32, encoder_layers=1, decoder_layers=1,
+                                  encoder_attention_heads=4, decoder_attention_heads=4).to_dict()
+  WhisperConfig.from_hf(hf)
+  for key, value in (("activation_function", "relu"), ("scale_embedding", True)):
+    with pytest.raises(ValueError, match=key):
+      WhisperConfig.from_hf({**hf, key: value})
+  path = tmp_path / "config.json"
+  path.write_text(json.dumps({"model_type": "bert", "position_embedding_type": "relative_key"}))
+  with pytest.raises(ValueError, match="position_embedding_type"):
+    BertConfig.from_json(path)

@@ -57,6 +57,10 @@ class BertConfig:
     if raw.get("model_type", "bert") != "bert":
       # RoBERTa-style models offset positions by the padding index; loading them here would be silently wrong.
       raise ValueError(f"{path}: model_type {raw.get('model_type')!r} is not a BERT model")
+    # BertModel switches this encoder does not implement must hold the plain-BERT value (else other outputs)
+    for key, want in (("position_embedding_type", "absolute"), ("is_decoder", False), ("add_cross_attention", False)):
+      if raw.get(key, want) != want:
+        raise ValueError(f"{path}: {key}={raw[key]!r} is not supported (only {want!r})")
     names = {f.name for f in dataclasses.fields(cls)}
     return cls(**{k: v for k, v in raw.items() if k in names})
 

@@ -1,12 +1,12 @@
-"""One decoder for the Llama, Qwen2 and Qwen3 families (Flax NNX).
+"""One decoder for the Llama, Mistral, Qwen2 and Qwen3 families (Flax NNX).
 
 Family differences are config flags, not subclasses: Qwen2 has q/k/v biases (`qkv_bias`), Llama/Qwen3 may bias o
 too (`o_bias`) and the MLP (`mlp_bias`), Qwen3 RMS-normalises q and k per head (`qk_norm`), Qwen2/Mistral may
 attend within a sliding window (`layer_windows`), variants differ in RoPE scaling and activation, and Qwen2.5-Omni's
 LM uses multimodal RoPE (`mrope_section`). `from_hf` maps a transformers config through `hf_config`, which refuses
-every field it does not implement. Layers are stored stacked (`[layers, ...]`) and run with `lax.scan`, so a 30-layer model
-compiles once per shape instead of 30 times, and the KV cache is one `[layers, batch, seq, kv_heads, head_dim]`
-array pair that the sampler donates between calls.
+every field it does not implement. Layers are stored stacked (`[layers, ...]`) and run with `lax.scan`, so a
+30-layer model compiles once per shape instead of 30 times, and the KV cache is one
+`[layers, batch, seq, kv_heads, head_dim]` array pair that the sampler donates between calls.
 
 The cache is slot-addressed per sequence: `cache.length[b]` tokens of row b are already written, new tokens are
 appended at that offset (ragged batches, multi-turn continuation) and attend to every slot `<=` their own.
