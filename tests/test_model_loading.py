@@ -329,3 +329,14 @@ def test_whisper_and_bert_refuse_architecture_switches_they_do_not_implement(tmp
   path.write_text(json.dumps({"model_type": "bert", "position_embedding_type": "relative_key"}))
   with pytest.raises(ValueError, match="position_embedding_type"):
     BertConfig.from_json(path)
+
+
+def test_transformers_v4_rope_scaling_spelling_maps_like_v5(tiny_dirs):
+  """Released Llama-3.x config.json files spell RoPE as v4 did: `rope_scaling` plus a top-level `rope_theta`."""
+  v5 = json.loads((tiny_dirs["llama3_rope"][0] / "config.json").read_text())
+  v4 = {k: v for k, v in v5.items() if k != "rope_parameters"}
+  rope = dict(v5["rope_parameters"])
+  v4["rope_theta"] = rope.pop("rope_theta")
+  v4["rope_scaling"] = rope
+  assert DecoderConfig.from_hf(v4) == DecoderConfig.from_hf(v5)
+  assert dict(DecoderConfig.from_hf(v4).rope_scaling)["rope_type"] == "llama3"
