@@ -93,7 +93,7 @@ def main() -> None:
   hf_cfg = _hf_config(tiny)
   hf = Qwen2_5OmniThinkerForConditionalGeneration(hf_cfg).train()
   sd = {k: v.detach().numpy() for k, v in hf.state_dict().items()}
-  model = thinker_from_tensors(cfg, sd.__getitem__, sd.__contains__)
+  model = thinker_from_tensors(cfg, sd.__getitem__, sd.keys())
   tcfg = TrainConfig(steps=1000, learning_rate=1e-4, loss_chunk=128)
   graphdef, params, rest = nnx.split(model, nnx.Param, ...)
   state = {"params": params, "opt": make_optimizer(tcfg).init(params)}

@@ -40,16 +40,37 @@ CONFIGS = {
     "qwen3": lambda: transformers.Qwen3Config(**COMMON, head_dim=16),
     "qwen3_yarn": lambda: transformers.Qwen3Config(**COMMON, head_dim=16, rope_parameters={
         "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 64}),
+    "llama_linear_rope": lambda: transformers.LlamaConfig(**COMMON, rope_parameters={
+        "rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0}),
+    # initializer_range 0.1 below: pre-activations of order 1, where tanh and erf GELU differ visibly in the logits
+    # q/k/v/o and MLP biases, exact (erf) GELU
+    "llama_bias_gelu": lambda: transformers.LlamaConfig(**COMMON, attention_bias=True, mlp_bias=True,
+                                                        hidden_act="gelu", initializer_range=0.1),
+    # Qwen3's attention_bias also biases o_proj; tanh GELU
+    "qwen3_bias_gelu_tanh": lambda: transformers.Qwen3Config(**COMMON, head_dim=16, attention_bias=True,
+                                                             hidden_act="gelu_pytorch_tanh", initializer_range=0.1),
+    # layer 0 full, layer 1 sliding (max_window_layers=1); prompts + generations are longer than the window
+    "qwen2_window": lambda: transformers.Qwen2Config(**COMMON, use_sliding_window=True, sliding_window=5,
+                                                     max_window_layers=1),
+    "mistral_window": lambda: transformers.MistralConfig(**COMMON, sliding_window=6, hidden_act="gelu_new",
+                                                         initializer_range=0.1),
 }
 
 
 @pytest.fixture(scope="session")
 def tiny_dirs(tmp_path_factory):
-  """Each tiny random HF model saved with save_pretrained, plus its torch module for reference outputs."""
+  """Each tiny random HF model saved with save_pretrained, plus its torch module for reference outputs.
+
+  transformers initialises biases to zero, which a loader that drops them would reproduce; they are randomised so
+  every bias moves the logits."""
   out = {}
   for name, make in CONFIGS.items():
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(make()).eval()
+    with torch.no_grad():
+      for param_name, p in model.named_parameters():
+        if param_name.endswith(".bias"):
+          p.normal_(0.0, 0.1)
     path = tmp_path_factory.mktemp(name)
     model.save_pretrained(path)
     out[name] = (path, model)

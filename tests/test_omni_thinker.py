@@ -53,7 +53,7 @@ def hf_thinker():
 def thinker(hf_thinker):
   cfg = ThinkerConfig.from_hf(hf_thinker.config.to_dict())
   sd = {k: v.numpy() for k, v in hf_thinker.state_dict().items()}
-  return thinker_from_tensors(cfg, sd.__getitem__, sd.__contains__)
+  return thinker_from_tensors(cfg, sd.__getitem__, sd.keys())
 
 
 def _n_audio(f):
@@ -119,7 +119,7 @@ def test_chunked_attention_thinker_logits_parity(hf_thinker):
   cfg = ThinkerConfig.from_hf(hf_thinker.config.to_dict(), attention_chunk=5)
   assert cfg.text.attention_chunk == 5 and cfg.vision.attention_chunk == 5
   sd = {k: v.numpy() for k, v in hf_thinker.state_dict().items()}
-  chunked = thinker_from_tensors(cfg, sd.__getitem__, sd.__contains__)
+  chunked = thinker_from_tensors(cfg, sd.__getitem__, sd.keys())
   ids, lengths, img, vid, spg, pix, pixv, feats, alens = _case(cfg, True)
   inputs = ThinkerInputs.build(cfg, ids, lengths, pix, img, pixv, vid, spg, feats, alens, True)
   logits, _ = _FORWARD(chunked, inputs)

@@ -26,6 +26,7 @@ from flax import nnx
 from jaxtyping import Array, Float, Int
 
 from m3jax.models.weights.torch_zip import CheckpointFormatError
+from m3jax.models.weights.tracking import TensorSource
 
 
 class TextInputError(ValueError):
@@ -56,6 +57,10 @@ class BertConfig:
     if raw.get("model_type", "bert") != "bert":
       # RoBERTa-style models offset positions by the padding index; loading them here would be silently wrong.
       raise ValueError(f"{path}: model_type {raw.get('model_type')!r} is not a BERT model")
+    # BertModel switches this encoder does not implement must hold the plain-BERT value (else other outputs)
+    for key, want in (("position_embedding_type", "absolute"), ("is_decoder", False), ("add_cross_attention", False)):
+      if raw.get(key, want) != want:
+        raise ValueError(f"{path}: {key}={raw[key]!r} is not supported (only {want!r})")
     names = {f.name for f in dataclasses.fields(cls)}
     return cls(**{k: v for k, v in raw.items() if k in names})
 
@@ -135,16 +140,19 @@ def assign(var: nnx.Variable, value: np.ndarray, name: str) -> None:
 
 
 def load_bert_weights(model: BertEncoder, path: pathlib.Path) -> None:
-  """Copies a Hugging Face BertModel safetensors file into the Flax encoder (Linear weights transposed)."""
+  """Copies a Hugging Face BertModel safetensors file into the Flax encoder (Linear weights transposed); a tensor
+  the encoder does not use fails the load naming it."""
   from safetensors.numpy import load_file
 
   raw = load_file(str(path))
   w = {k.removeprefix("bert.").removeprefix("model."): v for k, v in raw.items()}
-
-  def get(key: str) -> np.ndarray:
-    if key not in w:
-      raise CheckpointFormatError(f"{path}: missing tensor {key}")
-    return w[key]
+  get = TensorSource(w.__getitem__, w, CheckpointFormatError, path)
+  get.skip("pooler.dense.weight", "BertModel's [CLS] pooler; sentence embeddings pool the hidden states instead")
+  get.skip("pooler.dense.bias", "as pooler.dense.weight")
+  if "embeddings.position_ids" in w:  # a buffer: the encoder embeds positions 0..T-1, so it must say exactly that
+    ids = np.asarray(get("embeddings.position_ids")).reshape(-1)
+    if not np.array_equal(ids, np.arange(ids.size)):
+      raise CheckpointFormatError(f"{path}: embeddings.position_ids is not 0..{ids.size - 1}")
 
   def linear(mod: nnx.Linear, key: str) -> None:
     assign(mod.kernel, get(f"{key}.weight").T, key)
@@ -168,6 +176,7 @@ def load_bert_weights(model: BertEncoder, path: pathlib.Path) -> None:
     linear(layer.ffn_in, f"{p}.intermediate.dense")
     linear(layer.ffn_out, f"{p}.output.dense")
     norm(layer.ffn_norm, f"{p}.output.LayerNorm")
+  get.check_all_used()
 
 
 def default_model_dir() -> pathlib.Path:

@@ -13,7 +13,10 @@ The custom VJP keeps one log-sum-exp per query row and recomputes probabilities 
 `exp(s - lse)`: one exponential per score, no second softmax, no recomputed P·V product, and dK / dV accumulated
 transposed (dO^T P, dS^T Q), which XLA:CPU runs ~3x faster than P^T dO.
 
-Semantics equal `decoder.attention` with `q_slots = arange(T)`: query t sees keys s <= t with s < valid_len.
+Semantics equal `decoder.attention` with `q_slots = arange(T)`: query t sees keys s <= t with s < valid_len, and
+with a sliding `window` > 0 only keys s > t - window (0 = full attention). A window only masks scores: blocks
+entirely outside it are still computed, which costs FLOPs but keeps one program for every layer of a model whose
+layers differ in window (the window is a traced per-layer value of the layer scan).
 Layout: each kv head's query group is one [G * chunk, Dh] tile per block, so every product is a batched matmul.
 """
 
@@ -31,7 +34,8 @@ GROUPS = 4
 
 
 def causal_attention(q: Float[Array, "B T H Dh"], k: Float[Array, "B T K Dh"], v: Float[Array, "B T K Dh"],
-                     valid_len: Int[Array, "B"], chunk: int, groups: int = GROUPS) -> Float[Array, "B T H Dh"]:
+                     valid_len: Int[Array, "B"], chunk: int, groups: int = GROUPS,
+                     window: Int[Array, ""] | None = None) -> Float[Array, "B T H Dh"]:
   """Grouped-query causal attention of T queries over their own T keys, in query blocks of `chunk`."""
   B, T, H, Dh = q.shape
   K = k.shape[2]
@@ -42,7 +46,8 @@ def causal_attention(q: Float[Array, "B T H Dh"], k: Float[Array, "B T K Dh"], v
   kt = jnp.pad(k, pad).transpose(0, 2, 1, 3)  # [B, K, n*chunk, Dh]
   vt = jnp.pad(v, pad).transpose(0, 2, 1, 3)
   bounds = tuple(int(g[-1]) + 1 for g in np.array_split(np.arange(n), min(groups, n)))
-  out = _blocked(qb, kt, vt, key_bias[:, None, None], chunk, bounds)
+  window = None if window is None else jnp.asarray(window, jnp.int32)
+  out = _blocked(qb, kt, vt, key_bias[:, None, None], window, chunk, bounds)
   return _from_blocks(out, H)[:, :T].astype(q.dtype)
 
 
@@ -64,14 +69,18 @@ def _groups(bounds: tuple[int, ...]):
   return zip((0,) + bounds[:-1], bounds)
 
 
-def _scores(qi, i, kt, key_bias, chunk: int):
+def _scores(qi, i, kt, key_bias, window, chunk: int):
   """Masked f32 scores of block i ([B, K, G*c, L]) against the first L keys (kt, key_bias already cut to L)."""
   s = jnp.einsum("bkqd,bksd->bkqs", qi, kt, preferred_element_type=jnp.float32) + key_bias
-  row = i * chunk + jnp.arange(qi.shape[2]) % chunk  # query position of every (group, row) of the tile
-  return jnp.where(jnp.arange(kt.shape[2])[None, :] <= row[:, None], s, _MASKED)
+  row = (i * chunk + jnp.arange(qi.shape[2]) % chunk)[:, None]  # query position of every (group, row) of the tile
+  key = jnp.arange(kt.shape[2])[None, :]
+  visible = key <= row
+  if window is not None:
+    visible = visible & ((window == 0) | (key > row - window))
+  return jnp.where(visible, s, _MASKED)
 
 
-def _forward(qb, kt, vt, key_bias, chunk, bounds):
+def _forward(qb, kt, vt, key_bias, window, chunk, bounds):
   outs, lses = [], []
   for lo, hi in _groups(bounds):
     L = hi * chunk
@@ -79,7 +88,7 @@ def _forward(qb, kt, vt, key_bias, chunk, bounds):
 
     def block(_, xs, k_l=k_l, v_l=v_l, bias_l=bias_l):
       qi, i = xs
-      s = _scores(qi, i, k_l, bias_l, chunk)
+      s = _scores(qi, i, k_l, bias_l, window, chunk)
       m = jnp.max(s, axis=-1, keepdims=True)
       p = jnp.exp(s - m)
       total = jnp.sum(p, axis=-1, keepdims=True)
@@ -92,19 +101,19 @@ def _forward(qb, kt, vt, key_bias, chunk, bounds):
   return jnp.concatenate(outs), jnp.concatenate(lses)  # [n, B, K, G*c, Dh] f32, [n, B, K, G*c, 1]
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
-def _blocked(qb, kt, vt, key_bias, chunk, bounds):
-  return _forward(qb, kt, vt, key_bias, chunk, bounds)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def _blocked(qb, kt, vt, key_bias, window, chunk, bounds):
+  return _forward(qb, kt, vt, key_bias, window, chunk, bounds)[0]
 
 
-def _blocked_fwd(qb, kt, vt, key_bias, chunk, bounds):
-  out, lse = _forward(qb, kt, vt, key_bias, chunk, bounds)
-  return out, (qb, kt, vt, key_bias, out, lse)
+def _blocked_fwd(qb, kt, vt, key_bias, window, chunk, bounds):
+  out, lse = _forward(qb, kt, vt, key_bias, window, chunk, bounds)
+  return out, (qb, kt, vt, key_bias, window, out, lse)
 
 
 def _blocked_bwd(chunk, bounds, res, d_out):
   """Flash-attention backward: P = exp(S - lse), dS = P * (dP - rowsum(dO * O)); dK, dV carried per group."""
-  qb, kt, vt, key_bias, out, lse = res
+  qb, kt, vt, key_bias, window, out, lse = res
   delta = jnp.sum(d_out * out, axis=-1, keepdims=True)  # [n, B, K, G*c, 1]
   B, K, S, Dh = kt.shape
   mm = functools.partial(jnp.einsum, preferred_element_type=jnp.float32)
@@ -117,7 +126,7 @@ def _blocked_bwd(chunk, bounds, res, d_out):
       dk_l, dv_l = carry
       qi, i, doi, lse_i, delta_i = xs
       doi = doi.astype(v_l.dtype)
-      p = jnp.exp(_scores(qi, i, k_l, bias_l, chunk) - lse_i)
+      p = jnp.exp(_scores(qi, i, k_l, bias_l, window, chunk) - lse_i)
       dv_l = dv_l + mm("bkqd,bkqs->bkds", doi, p.astype(v_l.dtype))
       ds = (p * (mm("bkqd,bksd->bkqs", doi, v_l) - delta_i)).astype(qi.dtype)
       dk_l = dk_l + mm("bkqd,bkqs->bkds", qi, ds)
@@ -129,7 +138,7 @@ def _blocked_bwd(chunk, bounds, res, d_out):
     dk_t, dv_t = dk_t.at[..., :L].add(dk_l), dv_t.at[..., :L].add(dv_l)
     dqs.append(dq)
   return (jnp.concatenate(dqs).astype(qb.dtype), dk_t.swapaxes(2, 3).astype(kt.dtype),
-          dv_t.swapaxes(2, 3).astype(vt.dtype), jnp.zeros_like(key_bias))
+          dv_t.swapaxes(2, 3).astype(vt.dtype), jnp.zeros_like(key_bias), None)  # the window is an integer
 
 
 _blocked.defvjp(_blocked_fwd, _blocked_bwd)

@@ -1,10 +1,12 @@
-"""One decoder for the Llama, Qwen2 and Qwen3 families (Flax NNX).
+"""One decoder for the Llama, Mistral, Qwen2 and Qwen3 families (Flax NNX).
 
-Family differences are config flags, not subclasses: Qwen2 has q/k/v biases (`qkv_bias`), Qwen3 RMS-normalises q
-and k per head (`qk_norm`), Llama variants differ in RoPE scaling, Qwen2.5-Omni's LM uses multimodal RoPE
-(`mrope_section`). Layers are stored stacked (`[layers, ...]`) and run with `lax.scan`, so a 30-layer model
-compiles once per shape instead of 30 times, and the KV cache is one `[layers, batch, seq, kv_heads, head_dim]`
-array pair that the sampler donates between calls.
+Family differences are config flags, not subclasses: Qwen2 has q/k/v biases (`qkv_bias`), Llama/Qwen3 may bias o
+too (`o_bias`) and the MLP (`mlp_bias`), Qwen3 RMS-normalises q and k per head (`qk_norm`), Qwen2/Mistral may
+attend within a sliding window (`layer_windows`), variants differ in RoPE scaling and activation, and Qwen2.5-Omni's
+LM uses multimodal RoPE (`mrope_section`). `from_hf` maps a transformers config through `hf_config`, which refuses
+every field it does not implement. Layers are stored stacked (`[layers, ...]`) and run with `lax.scan`, so a
+30-layer model compiles once per shape instead of 30 times, and the KV cache is one
+`[layers, batch, seq, kv_heads, head_dim]` array pair that the sampler donates between calls.
 
 The cache is slot-addressed per sequence: `cache.length[b]` tokens of row b are already written, new tokens are
 appended at that offset (ragged batches, multi-turn continuation) and attend to every slot `<=` their own.
@@ -25,8 +27,12 @@ from jaxtyping import Array, Float, Int
 
 from m3jax.models import rope as rope_lib
 from m3jax.models.causal_attention import causal_attention
+from m3jax.models.hf_config import ACTIVATIONS, decoder_kwargs
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+_ACT = {"silu": jax.nn.silu, "swish": jax.nn.silu, "gelu": functools.partial(jax.nn.gelu, approximate=False),
+        "gelu_new": functools.partial(jax.nn.gelu, approximate=True),
+        "gelu_pytorch_tanh": functools.partial(jax.nn.gelu, approximate=True)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,11 +47,17 @@ class DecoderConfig:
   num_kv_heads: int
   head_dim: int
   rope_theta: float = 10000.0
-  rope_scaling: dict | None = None
+  # RoPE scaling parameters as sorted (key, value) pairs: the config is hashed when jit takes the model's graphdef
+  # as a static argument (the sampler), so it holds no dict; a dict passed in is converted in __post_init__
+  rope_scaling: tuple[tuple[str, Any], ...] | None = None
   rms_norm_eps: float = 1e-6
   tie_embeddings: bool = False
   qkv_bias: bool = False
+  o_bias: bool = False
+  mlp_bias: bool = False
   qk_norm: bool = False
+  hidden_act: str = "silu"
+  layer_windows: tuple[int, ...] = ()  # per-layer sliding window (0 = full attention); () = every layer full
   mrope_section: tuple[int, ...] | None = None
   max_position_embeddings: int = 8192
   param_dtype: str = "float32"
@@ -57,6 +69,14 @@ class DecoderConfig:
   attention_chunk: int = 0
 
   def __post_init__(self):
+    if isinstance(self.rope_scaling, dict):
+      object.__setattr__(self, "rope_scaling", tuple(sorted(self.rope_scaling.items())) or None)
+    object.__setattr__(self, "layer_windows", tuple(int(w) for w in self.layer_windows))
+    rope_lib.inv_frequencies(self.head_dim, self.rope_theta, self.rope_scaling, self.max_position_embeddings)
+    if self.hidden_act not in ACTIVATIONS:
+      raise ValueError(f"hidden_act={self.hidden_act!r}; expected one of {ACTIVATIONS}")
+    if self.layer_windows and (len(self.layer_windows) != self.num_layers or min(self.layer_windows) < 0):
+      raise ValueError(f"layer_windows={self.layer_windows} needs one window >= 0 per layer ({self.num_layers})")
     if self.num_heads % self.num_kv_heads:
       raise ValueError(f"num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}")
     if self.head_dim % 2:
@@ -79,46 +99,41 @@ class DecoderConfig:
 
   @classmethod
   def from_hf(cls, hf: dict[str, Any], **overrides) -> "DecoderConfig":
-    """Maps a Hugging Face config dict (Llama / Qwen2 / Qwen3 / Qwen2.5-Omni text config) to a DecoderConfig."""
-    model_type = hf.get("model_type", "llama")
-    rope = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
-    theta = rope.pop("rope_theta", None) or hf.get("rope_theta", 10000.0)
-    mrope = rope.pop("mrope_section", None)
-    rope_type = rope.get("rope_type", rope.get("type", "default"))
-    scaling = None if rope_type in ("default", None) else rope
-    heads = hf["num_attention_heads"]
-    supported = {"llama", "qwen2", "qwen3", "mistral", "qwen2_5_omni_text", "qwen2_5_omni_thinker", "smollm3"}
-    if model_type not in supported:
-      raise ValueError(f"unsupported model_type {model_type!r}; supported: {sorted(supported)}")
-    kw = dict(
-        vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], intermediate_size=hf["intermediate_size"],
-        num_layers=hf["num_hidden_layers"], num_heads=heads,
-        num_kv_heads=hf.get("num_key_value_heads") or heads,
-        head_dim=hf.get("head_dim") or hf["hidden_size"] // heads,
-        rope_theta=float(theta), rope_scaling=scaling, rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
-        tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-        qkv_bias=model_type.startswith("qwen2") or bool(hf.get("attention_bias", False)),
-        qk_norm=model_type == "qwen3",
-        mrope_section=tuple(mrope) if mrope else None,
-        max_position_embeddings=hf.get("max_position_embeddings", 8192), model_type=model_type)
-    kw.update(overrides)
-    return cls(**kw)
+    """Maps a Hugging Face config dict (Llama / Mistral / Qwen2 / Qwen3 / Qwen2.5-Omni text config) to a
+    DecoderConfig; raises `hf_config.UnsupportedConfig` naming any field that it would not reproduce exactly."""
+    return cls(**{**decoder_kwargs(hf), **overrides})
 
   def to_hf(self) -> dict[str, Any]:
-    """The inverse of `from_hf` (used when saving a Hugging Face directory)."""
-    rope = {"rope_type": "default", "rope_theta": self.rope_theta}
-    if self.rope_scaling:
-      rope.update(self.rope_scaling)
-    arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
-    return {
-        "architectures": [arch.get(self.model_type, "LlamaForCausalLM")], "model_type": self.model_type,
+    """The inverse of `from_hf` (used when saving a Hugging Face directory); refuses a config that its family's
+    transformers config cannot express (e.g. a Qwen2 o bias), checked by mapping the result back."""
+    rope = {"rope_type": "default", "rope_theta": self.rope_theta, **dict(self.rope_scaling or ())}
+    arch = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
+            "qwen3": "Qwen3ForCausalLM", "smollm3": "SmolLM3ForCausalLM"}
+    if self.model_type not in arch:
+      raise ValueError(f"model_type {self.model_type!r} cannot be saved as a Hugging Face causal LM")
+    hf = {
+        "architectures": [arch[self.model_type]], "model_type": self.model_type,
         "vocab_size": self.vocab_size, "hidden_size": self.hidden_size,
         "intermediate_size": self.intermediate_size, "num_hidden_layers": self.num_layers,
         "num_attention_heads": self.num_heads, "num_key_value_heads": self.num_kv_heads, "head_dim": self.head_dim,
-        "rope_parameters": rope, "rope_theta": self.rope_theta, "rms_norm_eps": self.rms_norm_eps,
+        "rope_parameters": rope, "rms_norm_eps": self.rms_norm_eps, "hidden_act": self.hidden_act,
         "tie_word_embeddings": self.tie_embeddings, "max_position_embeddings": self.max_position_embeddings,
-        "attention_bias": self.qkv_bias and self.model_type == "llama", "hidden_act": "silu",
         "torch_dtype": "float32"}
+    if self.model_type in ("llama", "qwen3", "smollm3"):
+      hf["attention_bias"] = self.qkv_bias
+    if self.model_type in ("llama", "smollm3"):
+      hf["mlp_bias"] = self.mlp_bias
+    window = max(self.layer_windows, default=0)
+    if self.model_type == "mistral":
+      hf["sliding_window"] = window or None
+    elif window:
+      hf.update(use_sliding_window=True, sliding_window=window,
+                layer_types=["sliding_attention" if w else "full_attention" for w in self.layer_windows])
+    runtime = {k: getattr(self, k) for k in ("param_dtype", "compute_dtype", "remat", "attention_chunk")}
+    if DecoderConfig.from_hf(hf, **runtime) != self:
+      raise ValueError(f"this {self.model_type} config (o_bias={self.o_bias}, qkv_bias={self.qkv_bias}, "
+                       f"layer_windows={self.layer_windows}) has no exact Hugging Face {self.model_type} form")
+    return hf
 
 
 @flax.struct.dataclass
@@ -160,6 +175,8 @@ class Decoder(nnx.Module):
     self.wk = _param(rngs, (L, D, K, Dh), pd, ("layers", "embed", "kv_heads", "head_dim"))
     self.wv = _param(rngs, (L, D, K, Dh), pd, ("layers", "embed", "kv_heads", "head_dim"))
     self.wo = _param(rngs, (L, H, Dh, D), pd, ("layers", "heads", "head_dim", "embed"))
+    if c.o_bias:
+      self.bo = _param(rngs, (L, D), pd, ("layers", "embed"))
     if c.qkv_bias:
       self.bq = _param(rngs, (L, H, Dh), pd, ("layers", "heads", "head_dim"))
       self.bk = _param(rngs, (L, K, Dh), pd, ("layers", "kv_heads", "head_dim"))
@@ -171,6 +188,10 @@ class Decoder(nnx.Module):
     self.w_gate = _param(rngs, (L, D, F), pd, ("layers", "embed", "mlp"))
     self.w_up = _param(rngs, (L, D, F), pd, ("layers", "embed", "mlp"))
     self.w_down = _param(rngs, (L, F, D), pd, ("layers", "mlp", "embed"))
+    if c.mlp_bias:
+      self.b_gate = _param(rngs, (L, F), pd, ("layers", "mlp"))
+      self.b_up = _param(rngs, (L, F), pd, ("layers", "mlp"))
+      self.b_down = _param(rngs, (L, D), pd, ("layers", "embed"))
     self.final_norm = _param(rngs, (D,), pd, ("norm",), fill=1.0)
     if not c.tie_embeddings:
       self.lm_head = _param(rngs, (D, c.vocab_size), pd, ("embed", "vocab"))
@@ -219,11 +240,14 @@ class Decoder(nnx.Module):
     cos, sin = rope_lib.cos_sin(positions, inv_freq, c.mrope_section, rope_scale)
     valid_len = start + chunk_len
     layer_params = {k: getattr(self, k)[...] for k in self._layer_keys()}
+    # per-layer sliding windows ride along the layer scan (0 = full); without any, no window mask is built at all
+    windows = jnp.asarray(c.layer_windows, jnp.int32) if c.layer_windows else None
 
     def body(carry, xs):
       x, ck, cv = carry
       p, layer = xs
-      x, ck, cv = self._layer(x, p, layer, ck, cv, slots, valid_len, cos, sin, cache is not None)
+      window = None if windows is None else windows[layer]
+      x, ck, cv = self._layer(x, p, layer, ck, cv, slots, valid_len, cos, sin, cache is not None, window)
       return (x, ck, cv), None
 
     if layer_loop not in ("scan", "unroll") or (layer_loop == "unroll" and cache is not None):
@@ -248,11 +272,15 @@ class Decoder(nnx.Module):
     keys = ["attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_gate", "w_up", "w_down"]
     if self.cfg.qkv_bias:
       keys += ["bq", "bk", "bv"]
+    if self.cfg.o_bias:
+      keys += ["bo"]
+    if self.cfg.mlp_bias:
+      keys += ["b_gate", "b_up", "b_down"]
     if self.cfg.qk_norm:
       keys += ["q_norm", "k_norm"]
     return keys
 
-  def _layer(self, x, p, layer, ck, cv, slots, valid_len, cos, sin, use_cache):
+  def _layer(self, x, p, layer, ck, cv, slots, valid_len, cos, sin, use_cache, window):
     c, dt = self.cfg, self.cfg.dtype
     mm = functools.partial(dense, dtype=dt)
     h = rms_norm(x, p["attn_norm"], c.rms_norm_eps)
@@ -273,15 +301,20 @@ class Decoder(nnx.Module):
     else:
       keys, values = k, v
     if c.attention_chunk and q.shape[1] > c.attention_chunk and not use_cache:
-      attn = causal_attention(q, keys, values, valid_len, c.attention_chunk)  # without a cache query t is slot t
+      # without a cache query t is slot t
+      attn = causal_attention(q, keys, values, valid_len, c.attention_chunk, window=window)
     elif c.attention_chunk and q.shape[1] > c.attention_chunk:
-      attn = chunked_attention(q, keys, values, slots, valid_len, c.attention_chunk)
+      attn = chunked_attention(q, keys, values, slots, valid_len, c.attention_chunk, window)
     else:
-      attn = attention(q, keys, values, slots, valid_len)
-    x = x + mm(attn, p["wo"], 2).astype(dt)
+      attn = attention(q, keys, values, slots, valid_len, window)
+    o = mm(attn, p["wo"], 2)
+    x = x + (o + p["bo"] if c.o_bias else o).astype(dt)
     h = rms_norm(x, p["mlp_norm"], c.rms_norm_eps)
     gate, up = mm(h, p["w_gate"], 1), mm(h, p["w_up"], 1)
-    x = x + mm((jax.nn.silu(gate) * up).astype(dt), p["w_down"], 1).astype(dt)
+    if c.mlp_bias:
+      gate, up = gate + p["b_gate"], up + p["b_up"]
+    down = mm((_ACT[c.hidden_act](gate) * up).astype(dt), p["w_down"], 1)
+    x = x + (down + p["b_down"] if c.mlp_bias else down).astype(dt)
     return x, ck, cv
 
 
@@ -296,15 +329,27 @@ def dense(x: Array, w: Array, n_in: int, dtype) -> Array:
   return y.reshape(*lead, *outs)
 
 
+def key_mask(n_keys: int, q_slots: Int[Array, "B T"], valid_len: Int[Array, "B"],
+             window: Int[Array, ""] | None = None) -> Array:
+  """[B, T, S] visibility: key slot s is filled (s < valid_len) and causal (s <= t), and with a sliding `window`
+  > 0 within it (s > t - window, transformers' sliding_window_overlay); window 0 = full attention."""
+  s_idx = jnp.arange(n_keys)[None, None, :]
+  t = q_slots[:, :, None]
+  mask = (s_idx <= t) & (s_idx < valid_len[:, None, None])
+  if window is not None:
+    mask = mask & ((window == 0) | (s_idx > t - window))
+  return mask
+
+
 def attention(q: Float[Array, "B T H Dh"], k: Float[Array, "B S K Dh"], v: Float[Array, "B S K Dh"],
-              q_slots: Int[Array, "B T"], valid_len: Int[Array, "B"]) -> Float[Array, "B T H Dh"]:
-  """Grouped-query attention; query at slot t sees key slots s <= t that are filled (s < valid_len)."""
+              q_slots: Int[Array, "B T"], valid_len: Int[Array, "B"],
+              window: Int[Array, ""] | None = None) -> Float[Array, "B T H Dh"]:
+  """Grouped-query attention; query at slot t sees the key slots `key_mask` allows."""
   B, T, H, Dh = q.shape
   K = k.shape[2]
   qg = q.reshape(B, T, K, H // K, Dh)
   scores = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=jnp.float32) * (Dh ** -0.5)
-  s_idx = jnp.arange(k.shape[1])
-  mask = (s_idx[None, None, :] <= q_slots[:, :, None]) & (s_idx[None, None, :] < valid_len[:, None, None])
+  mask = key_mask(k.shape[1], q_slots, valid_len, window)
   scores = jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
   probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
   out = jnp.einsum("bkgts,bskd->btkgd", probs, v, preferred_element_type=jnp.float32)
@@ -312,7 +357,8 @@ def attention(q: Float[Array, "B T H Dh"], k: Float[Array, "B S K Dh"], v: Float
 
 
 def grouped_attention(q: Float[Array, "B T H Dh"], k: Float[Array, "B S K Dh"], v: Float[Array, "B S K Dh"],
-                      q_slots: Int[Array, "B T"], valid_len: Int[Array, "B"]) -> Float[Array, "B T H Dh"]:
+                      q_slots: Int[Array, "B T"], valid_len: Int[Array, "B"],
+                      window: Int[Array, ""] | None = None) -> Float[Array, "B T H Dh"]:
   """`attention` with each kv head's query group laid out as one [G*T, Dh] block per (batch, kv head), so both
   products are plain batched matmuls. On XLA:CPU a training block runs 1.3-1.6x faster than `attention`'s layout
   (forward and backward); the result differs only by float rounding order (which, over the 30 layers of a real
@@ -323,8 +369,7 @@ def grouped_attention(q: Float[Array, "B T H Dh"], k: Float[Array, "B S K Dh"], 
   qt = q.reshape(B, T, K, G, Dh).transpose(0, 2, 3, 1, 4).reshape(B, K, G * T, Dh)
   kt, vt = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B, K, S, Dh]
   scores = jnp.einsum("bkqd,bksd->bkqs", qt, kt, preferred_element_type=jnp.float32) * (Dh ** -0.5)
-  s_idx = jnp.arange(S)
-  mask = (s_idx[None, None, :] <= q_slots[:, :, None]) & (s_idx[None, None, :] < valid_len[:, None, None])
+  mask = key_mask(S, q_slots, valid_len, window)
   scores = jnp.where(mask[:, None, None], scores.reshape(B, K, G, T, S), jnp.finfo(jnp.float32).min)
   probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype).reshape(B, K, G * T, S)
   out = jnp.einsum("bkqs,bksd->bkqd", probs, vt, preferred_element_type=jnp.float32)
@@ -332,7 +377,8 @@ def grouped_attention(q: Float[Array, "B T H Dh"], k: Float[Array, "B S K Dh"], 
 
 
 def chunked_attention(q: Float[Array, "B T H Dh"], k: Float[Array, "B S K Dh"], v: Float[Array, "B S K Dh"],
-                      q_slots: Int[Array, "B T"], valid_len: Int[Array, "B"], chunk: int) -> Float[Array, "B T H Dh"]:
+                      q_slots: Int[Array, "B T"], valid_len: Int[Array, "B"], chunk: int,
+                      window: Int[Array, ""] | None = None) -> Float[Array, "B T H Dh"]:
   """`grouped_attention` over blocks of `chunk` queries, each block rematerialised in the backward pass.
 
   Peak score memory is [B, H, chunk, S] instead of [B, H, T, S] (a 10k-token multimodal prompt at 28 heads would
@@ -346,7 +392,7 @@ def chunked_attention(q: Float[Array, "B T H Dh"], k: Float[Array, "B S K Dh"], 
   sp = jnp.pad(q_slots, ((0, 0), (0, pad)), mode="edge")  # padded queries are computed and dropped
   qb = qp.reshape(B, n, chunk, H, Dh).swapaxes(0, 1)
   sb = sp.reshape(B, n, chunk).swapaxes(0, 1)
-  block = jax.checkpoint(lambda xs: grouped_attention(xs[0], k, v, xs[1], valid_len))
+  block = jax.checkpoint(lambda xs: grouped_attention(xs[0], k, v, xs[1], valid_len, window))
   out = jax.lax.map(block, (qb, sb))  # [n, B, chunk, H, Dh]
   return out.swapaxes(0, 1).reshape(B, n * chunk, H, Dh)[:, :T]
 

@@ -23,6 +23,7 @@ from flax import nnx
 from jaxtyping import Array, Float
 
 from m3jax.models.weights.torch_zip import CheckpointFormatError, load_torch_checkpoint
+from m3jax.models.weights.tracking import TensorSource
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,12 +109,16 @@ class GE2E(nnx.Module):
       raise CheckpointFormatError(f"{path}: expected a state dict, got {type(state).__name__}")
     config = _config_from_state(state, path)
     model = nnx.eval_shape(lambda: cls(config, rngs=nnx.Rngs(0)))  # abstract: every weight is loaded below
+    get = TensorSource(state.__getitem__, state, CheckpointFormatError, path)
+    for name in ("similarity_weight", "similarity_bias"):
+      get.skip(name, "the GE2E training loss's similarity scale and offset; embeddings do not use them")
     for i, layer in enumerate(model.lstm):
-      layer.w_ih.value = jnp.asarray(state[f"lstm.weight_ih_l{i}"].T)
-      layer.w_hh.value = jnp.asarray(state[f"lstm.weight_hh_l{i}"].T)
-      layer.bias.value = jnp.asarray(state[f"lstm.bias_ih_l{i}"] + state[f"lstm.bias_hh_l{i}"])
-    model.linear.kernel.value = jnp.asarray(state["linear.weight"].T)
-    model.linear.bias.value = jnp.asarray(state["linear.bias"])
+      layer.w_ih.value = jnp.asarray(get(f"lstm.weight_ih_l{i}").T)
+      layer.w_hh.value = jnp.asarray(get(f"lstm.weight_hh_l{i}").T)
+      layer.bias.value = jnp.asarray(get(f"lstm.bias_ih_l{i}") + get(f"lstm.bias_hh_l{i}"))
+    model.linear.kernel.value = jnp.asarray(get("linear.weight").T)
+    model.linear.bias.value = jnp.asarray(get("linear.bias"))
+    get.check_all_used()
     return model
 
 

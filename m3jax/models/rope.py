@@ -13,10 +13,13 @@ import jax.numpy as jnp
 import numpy as np
 
 
-def inv_frequencies(head_dim: int, theta: float, scaling: dict | None,
+def inv_frequencies(head_dim: int, theta: float, scaling: tuple[tuple[str, object], ...] | None,
                     max_position_embeddings: int) -> tuple[np.ndarray, float]:
-  """Returns (inv_freq [head_dim/2] float32, attention scaling) for default/linear/llama3/yarn RoPE."""
-  return _inv_frequencies(head_dim, float(theta), tuple(sorted((scaling or {}).items())), max_position_embeddings)
+  """Returns (inv_freq [head_dim/2] float32, attention scaling) for default/linear/llama3/yarn RoPE.
+
+  `scaling` is the config's (key, value) pairs; DecoderConfig computes this once at construction, so an
+  unsupported rope_type fails when the config is built (at load), not at the first forward."""
+  return _inv_frequencies(head_dim, float(theta), tuple(sorted(scaling or ())), max_position_embeddings)
 
 
 @functools.lru_cache(maxsize=None)

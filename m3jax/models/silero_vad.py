@@ -24,6 +24,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from m3jax.models.weights.torch_zip import CheckpointFormatError, load_torchscript_tensors
+from m3jax.models.weights.tracking import TensorSource
 
 CHUNK = 512
 CONTEXT = 64
@@ -39,7 +40,8 @@ _JIT_NAMES.update({f"lstm_cell.{p}": f"decoder.rnn.{p}" for p in ("weight_ih", "
 
 
 def load_silero_params(path: str | pathlib.Path | None = None) -> dict[str, jax.Array]:
-  """Reads the 16 kHz weights from `silero_vad.jit` (default: the installed package's) or a safetensors file."""
+  """Reads the 16 kHz weights from `silero_vad.jit` (default: the installed package's) or a safetensors file;
+  a tensor of the file that is neither read nor named below as not needed fails the load naming it."""
   if path is None:
     spec = importlib.util.find_spec("silero_vad")
     if spec is None or spec.origin is None:
@@ -50,13 +52,23 @@ def load_silero_params(path: str | pathlib.Path | None = None) -> dict[str, jax.
     from safetensors.numpy import load_file
 
     raw = load_file(str(path))
+    get = TensorSource(raw.__getitem__, raw, CheckpointFormatError, path)
+    name = lambda k: k
   else:
     tensors = load_torchscript_tensors(path)
-    raw = {k: tensors[f"_model.{v}"] for k, v in _JIT_NAMES.items() if f"_model.{v}" in tensors}
-  missing = [k for k in _KEYS if k not in raw]
+    get = TensorSource(tensors.__getitem__, tensors, CheckpointFormatError, path)
+    for key in get.names:
+      if key.startswith("_model_8k."):
+        get.skip(key, "the 8 kHz model of the same archive; m3jax runs the 16 kHz one")
+    for key in ("_state", "_context"):
+      get.skip(key, "the TorchScript module's streaming state buffers (empty when saved); speech_probs carries its own")
+    name = lambda k: f"_model.{_JIT_NAMES[k]}"
+  missing = [k for k in _KEYS if name(k) not in get]
   if missing:
     raise CheckpointFormatError(f"{path}: not a Silero VAD 16 kHz file (missing {missing})")
-  return {k: jnp.asarray(raw[k]) for k in _KEYS}
+  params = {k: jnp.asarray(get(name(k))) for k in _KEYS}
+  get.check_all_used()
+  return params
 
 
 def _conv(x_nwc: Float[Array, "N W C"], w_oik: Float[Array, "O I K"], b: Float[Array, "O"] | None,

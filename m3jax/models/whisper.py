@@ -64,7 +64,11 @@ class WhisperConfig:
 
   @classmethod
   def from_hf(cls, cfg: Mapping[str, Any], **overrides) -> "WhisperConfig":
-    """Builds the config from a Hugging Face WhisperConfig dict (config.json)."""
+    """Builds the config from a Hugging Face WhisperConfig dict (config.json); the two architecture switches of
+    WhisperConfig this model does not implement must hold Whisper's values (else the logits would differ)."""
+    for key, want in (("activation_function", "gelu"), ("scale_embedding", False)):
+      if cfg.get(key, want) != want:
+        raise ValueError(f"Whisper config {key}={cfg[key]!r} is not supported (only {want!r})")
     return cls(
         vocab_size=cfg["vocab_size"], num_mel_bins=cfg["num_mel_bins"], d_model=cfg["d_model"],
         encoder_layers=cfg["encoder_layers"], decoder_layers=cfg["decoder_layers"],

@@ -2,7 +2,9 @@
 
 Checkpoints come in two spellings: the hub's original (`thinker.model.layers.*`, `thinker.visual.*`,
 `thinker.audio_tower.*`, `thinker.lm_head.*`) and transformers>=5's (`model.language_model.*`, `model.visual.*`,
-`model.audio_tower.*`, `lm_head.*`). Both are normalised to the latter; talker/token2wav tensors are never read.
+`model.audio_tower.*`, `lm_head.*`). Both are normalised to the latter; talker/token2wav tensors (the speech
+generator, which M3-Agent does not run) are never read. Every thinker tensor must be consumed, or the load fails
+naming the ones left over.
 Torch Linear weights are [out, in] and are transposed to [in, out]; per-layer tensors are stacked on a leading
 "layers" axis. Every array is placed on its own sharding (from the *_LOGICAL tables) as it is built, so a 7B model
 never needs a fully replicated host copy on one device.
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -26,6 +28,7 @@ from m3jax.models.omni.thinker import Thinker, ThinkerConfig
 from m3jax.models.omni.vision import VISION_LOGICAL, VisionConfig, VisionEncoder
 from m3jax.models.weights.hf import load_params as load_decoder_params
 from m3jax.models.weights.safetensors_dir import SafetensorsDir
+from m3jax.models.weights.tracking import TensorSource
 from m3jax.parallel import named_sharding
 
 
@@ -122,9 +125,11 @@ def read_thinker_config(path: str) -> dict:
   return cfg.get("thinker_config", cfg)
 
 
-def thinker_from_tensors(cfg: ThinkerConfig, get: Getter, has: Callable[[str], bool],
-                         mesh: Mesh | None = None) -> Thinker:
-  """Builds a Thinker from canonical-name tensors (a CheckpointReader, or a torch state_dict in tests)."""
+def thinker_from_tensors(cfg: ThinkerConfig, get: Getter, names: Iterable[str], mesh: Mesh | None = None) -> Thinker:
+  """Builds a Thinker from canonical-name tensors (a CheckpointReader, or a torch state_dict in tests) named by
+  `names`; fails naming any of them the thinker does not use."""
+  source = TensorSource(get, names, OmniWeightsError, "thinker checkpoint")
+  get, has = source, source.__contains__
   abstract_lm = nnx.eval_shape(lambda: Decoder(cfg.text, rngs=nnx.Rngs(0)))
   # the decoder loader asks for Qwen2 names (model.layers.*); canonical_name maps them to the thinker's
   lm = load_decoder_params(abstract_lm, lambda k: get(canonical_name(k)), lambda k: has(canonical_name(k)), mesh)
@@ -132,6 +137,9 @@ def thinker_from_tensors(cfg: ThinkerConfig, get: Getter, has: Callable[[str], b
                                                   cfg.vision.param_dtype, mesh))
   audio = AudioEncoder(cfg.audio, params=place(audio_params(get, cfg.audio), AUDIO_LOGICAL,
                                                cfg.audio.param_dtype, mesh))
+  source.skip("model.audio_tower.audio_bos_eos_token.weight",
+              "transformers' Qwen2.5-Omni audio encoder declares this embedding but never uses it in its forward")
+  source.check_all_used()
   return Thinker(cfg, lm=lm, visual=visual, audio_tower=audio)
 
 
@@ -141,4 +149,4 @@ def load_thinker(path: str, mesh: Mesh | None = None, param_dtype: str = "bfloat
   cfg = ThinkerConfig.from_hf(read_thinker_config(path), param_dtype=param_dtype, compute_dtype=compute_dtype,
                               attention_chunk=attention_chunk)
   reader = CheckpointReader(path)
-  return thinker_from_tensors(cfg, reader, reader.__contains__, mesh)
+  return thinker_from_tensors(cfg, reader, reader.keys(), mesh)

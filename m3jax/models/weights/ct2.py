@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from m3jax.models.weights.tracking import TensorSource
+
 _DTYPES = ("float32", "int8", "int16", "int32", "float16", "bfloat16")
 _SUPPORTED_VERSIONS = (5, 6)
 
@@ -93,18 +95,37 @@ def _split(w: np.ndarray, parts: int) -> list[np.ndarray]:
   return np.split(w, parts, axis=0)
 
 
+# WhisperSpec scalar options and the value the Whisper architecture has (anything else is another model):
+# GELU (CT2 ActivationType 3), pre-norm layers, unscaled embeddings, no ALiBi, position 0 embedded normally.
+_WHISPER_OPTIONS = {"decoder/activation": 3, "decoder/pre_norm": 1, "decoder/scale_embeddings": 0,
+                    "decoder/alibi": 0, "decoder/start_from_zero_embedding": 0}
+
+
 def ct2_whisper_to_hf(tensors: dict[str, np.ndarray]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
   """Maps CT2 WhisperSpec variables to (HF WhisperConfig kwargs, HF state dict of float32 numpy arrays).
 
   CT2 fuses q/k/v (self-attention) and k/v (cross-attention) into one linear; HF keeps them apart and has no
-  k bias (CT2 stores zeros there), so the fused matrices are split row-wise.
+  k bias (CT2 stores zeros there), so the fused matrices are split row-wise. Every CT2 variable is consumed
+  (mapped, checked against Whisper's fixed options, or skipped by name with the reason) or the conversion fails
+  naming it.
   """
   required = ("encoder/conv1/weight", "decoder/embeddings/weight", "decoder/position_encodings/encodings",
               "encoder/position_encodings/encodings", "encoder/num_heads", "decoder/num_heads")
   missing = [k for k in required if k not in tensors]
   if missing:
     raise CT2FormatError(f"not a CTranslate2 Whisper model: missing {missing}")
-  f32 = {k: np.asarray(v, dtype=np.float32) for k, v in tensors.items() if v.ndim > 0}
+  for key, want in _WHISPER_OPTIONS.items():
+    if key in tensors and int(tensors[key]) != want:
+      raise CT2FormatError(f"CTranslate2 option {key}={int(tensors[key])} is not Whisper's ({want})")
+  source = TensorSource(lambda k: np.asarray(tensors[k], dtype=np.float32), tensors, CT2FormatError,
+                        "CTranslate2 Whisper model")
+  for key in _WHISPER_OPTIONS:
+    source.skip(key, "checked above: the value Whisper's architecture has")
+  for key in ("decoder/alignment_heads", "decoder/alignment_layer"):
+    source.skip(key, "cross-attention heads for word timestamps (CTranslate2's align()); no effect on decoding")
+  for key in ("encoder/num_heads", "decoder/num_heads"):
+    source.skip(key, "read into the config below")
+  f32 = source  # name -> float32 array, recording what the mapping below reads
   vocab, d_model = f32["decoder/embeddings/weight"].shape
   enc_layers, dec_layers = _count_layers(tensors, "encoder"), _count_layers(tensors, "decoder")
   config = dict(
@@ -152,5 +173,8 @@ def ct2_whisper_to_hf(tensors: dict[str, np.ndarray]) -> tuple[dict[str, Any], d
   for conv in ("conv1", "conv2"):
     linear(f"model.encoder.{conv}", f"encoder/{conv}")
   sd["model.decoder.embed_tokens.weight"] = f32["decoder/embeddings/weight"]
-  sd["proj_out.weight"] = f32.get("decoder/projection/weight", f32["decoder/embeddings/weight"])
+  proj = "decoder/projection/weight"
+  sd["proj_out.weight"] = f32[proj] if proj in tensors else f32["decoder/embeddings/weight"]
+  source.check_all_used()
   return config, sd
+

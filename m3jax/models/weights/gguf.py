@@ -4,6 +4,9 @@ The embedded default LLM, SmolLM2-135M-Instruct (Q4_1), ships as a GGUF file ins
 `smollm2_path()` finds it without importing that package (its import pulls `llm`).
 llama.cpp stores the q/k projections of Llama-family models permuted for its interleaved RoPE; they are
 permuted back here so the rotate-half RoPE of the decoder applies unchanged.
+
+Exact or refused: every `<arch>.*` metadata key must be one `config_from_gguf` maps (a RoPE scaling type, a
+sliding window, experts... fail naming the key), and every tensor of the file must be consumed.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from m3jax.models.decoder import Decoder, DecoderConfig
+from m3jax.models.hf_config import UnsupportedConfig
 from m3jax.models.weights.hf import WeightLoadError, load_params
+from m3jax.models.weights.tracking import TensorSource
 
 _NAMES = {
     "model.embed_tokens.weight": "token_embd.weight",
@@ -67,6 +72,13 @@ def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
   return w.reshape(n_head, dim, 2, *w.shape[1:]).swapaxes(2, 1).reshape(w.shape)
 
 
+# `<arch>.` metadata keys config_from_gguf maps; key_length / value_length / rope.dimension_count must agree with
+# the head size (the decoder has one head_dim and rotates all of it)
+_ARCH_KEYS = {"block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
+              "attention.head_count_kv", "attention.key_length", "attention.value_length", "rope.freq_base",
+              "rope.dimension_count", "attention.layer_norm_rms_epsilon", "vocab_size"}
+
+
 def _field(reader, key, default=None):
   field = reader.fields.get(key)
   return default if field is None else field.contents()
@@ -77,14 +89,21 @@ def config_from_gguf(reader, **overrides) -> DecoderConfig:
   if arch not in ("llama", "qwen2", "qwen3"):
     raise WeightLoadError(f"GGUF architecture {arch!r} is not supported (llama, qwen2, qwen3)")
   g = lambda k, d=None: _field(reader, f"{arch}.{k}", d)
+  for key in reader.fields:
+    if key.startswith(f"{arch}.") and key[len(arch) + 1:] not in _ARCH_KEYS:
+      raise UnsupportedConfig(f"GGUF metadata {key}={_field(reader, key)!r} is not supported")
   names = {t.name for t in reader.tensors}
   heads = int(g("attention.head_count"))
   hidden = int(g("embedding_length"))
+  head_dim = int(g("attention.key_length") or hidden // heads)
+  for key in ("attention.value_length", "rope.dimension_count"):
+    if g(key) is not None and int(g(key)) != head_dim:
+      raise UnsupportedConfig(f"GGUF metadata {arch}.{key}={g(key)} differs from the head size {head_dim}")
   vocab = g("vocab_size") or len(_field(reader, "tokenizer.ggml.tokens"))
   return DecoderConfig(
       vocab_size=int(vocab), hidden_size=hidden, intermediate_size=int(g("feed_forward_length")),
       num_layers=int(g("block_count")), num_heads=heads, num_kv_heads=int(g("attention.head_count_kv", heads)),
-      head_dim=int(g("attention.key_length") or hidden // heads), rope_theta=float(g("rope.freq_base", 10000.0)),
+      head_dim=head_dim, rope_theta=float(g("rope.freq_base", 10000.0)),
       rms_norm_eps=float(g("attention.layer_norm_rms_epsilon", 1e-6)), tie_embeddings="output.weight" not in names,
       qkv_bias=arch == "qwen2", qk_norm=arch == "qwen3", max_position_embeddings=int(g("context_length", 8192)),
       model_type=arch, **overrides)
@@ -101,6 +120,7 @@ def load_gguf(path: str | pathlib.Path | None = None, mesh: Mesh | None = None, 
     raise WeightLoadError(f"cannot read GGUF file {path}: {e}") from e
   cfg = config_from_gguf(reader, **config_overrides)
   tensors = {t.name: t for t in reader.tensors}
+  source = TensorSource(lambda name: tensors[name], tensors, WeightLoadError, path)
   permute_heads = {"attn_q.weight": cfg.num_heads, "attn_k.weight": cfg.num_kv_heads} if cfg.model_type == "llama" \
       else {}
   cache: dict[str, np.ndarray] = {}
@@ -110,7 +130,7 @@ def load_gguf(path: str | pathlib.Path | None = None, mesh: Mesh | None = None, 
     if name not in cache:
       if name not in tensors:
         raise WeightLoadError(f"tensor {name!r} (for {hf_name!r}) is missing from {path}")
-      t = tensors[name]
+      t = source(name)
       w = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), np.float32)
       suffix = name.split(".", 2)[-1] if name.startswith("blk.") else name
       if suffix in permute_heads:
@@ -121,4 +141,6 @@ def load_gguf(path: str | pathlib.Path | None = None, mesh: Mesh | None = None, 
 
   has = lambda hf_name: _gguf_name(hf_name) in tensors
   abstract = nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(0)))
-  return load_params(abstract, get, has, mesh)
+  model = load_params(abstract, get, has, mesh)
+  source.check_all_used()
+  return model

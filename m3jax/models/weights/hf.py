@@ -2,7 +2,8 @@
 
 Loading never builds a full host copy of a sharded model: every parameter is created with
 `jax.make_array_from_callback`, so each device shard reads (one layer's tensor at a time) only what it holds.
-Missing tensors and shape mismatches fail with the tensor's name before anything is allocated.
+Missing tensors and shape mismatches fail with the tensor's name before anything is allocated; a checkpoint tensor
+the model does not read fails the load naming it (`tracking.TensorSource`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from safetensors.numpy import save_file
 
 from m3jax.models.decoder import Decoder, DecoderConfig, logical_axes
 from m3jax.models.weights.safetensors_dir import SafetensorsDir
+from m3jax.models.weights.tracking import TensorSource
 from m3jax.parallel import named_sharding
 
 
@@ -50,6 +52,11 @@ def _param_table(cfg: DecoderConfig) -> dict[str, tuple[str, Callable, Callable]
     for name, heads, proj in (("bq", H, "q"), ("bk", K, "k"), ("bv", K, "v")):
       t[name] = (f"model.layers.{{i}}.self_attn.{proj}_proj.bias",
                  lambda w, h=heads: w.reshape(h, Dh), lambda w: w.reshape(-1))
+  if cfg.o_bias:
+    t["bo"] = ("model.layers.{i}.self_attn.o_proj.bias", *same)
+  if cfg.mlp_bias:
+    for name, proj in (("b_gate", "gate"), ("b_up", "up"), ("b_down", "down")):
+      t[name] = (f"model.layers.{{i}}.mlp.{proj}_proj.bias", *same)
   if cfg.qk_norm:
     t["q_norm"] = ("model.layers.{i}.self_attn.q_norm.weight", *same)
     t["k_norm"] = ("model.layers.{i}.self_attn.k_norm.weight", *same)
@@ -60,7 +67,10 @@ def _param_table(cfg: DecoderConfig) -> dict[str, tuple[str, Callable, Callable]
 
 def load_params(abstract_model: Decoder, get_tensor: Callable[[str], np.ndarray],
                 has_tensor: Callable[[str], bool], mesh: Mesh | None = None) -> Decoder:
-  """Fills an abstract (eval_shape'd) Decoder from a name -> tensor function, placing each tensor on its sharding."""
+  """Fills an abstract (eval_shape'd) Decoder from a name -> tensor function, placing each tensor on its sharding.
+
+  A tied model's checkpoint may still store `lm_head.weight`; it is read (so a tracking source counts it used)
+  and must equal the embedding, since the model will use the embedding in its place."""
   cfg = abstract_model.cfg
   graphdef, abstract_state = nnx.split(abstract_model)
   logical = nnx.to_pure_dict(logical_axes(abstract_model))
@@ -96,6 +106,11 @@ def load_params(abstract_model: Decoder, get_tensor: Callable[[str], np.ndarray]
     else:
       read_full = lambda idx, read=read: read(None)[idx]
     values[name] = _materialise(target, logical[name], read_full, mesh)
+  if cfg.tie_embeddings and has_tensor("lm_head.weight"):
+    head, embed = get_tensor("lm_head.weight"), get_tensor("model.embed_tokens.weight")
+    if not np.array_equal(np.asarray(head), np.asarray(embed)):
+      raise WeightLoadError("checkpoint has an lm_head.weight that differs from the embedding, but the config ties "
+                            "them (tie_word_embeddings)")
   state = nnx.state(abstract_model)
   nnx.replace_by_pure_dict(state, values)
   return nnx.merge(graphdef, state)
@@ -121,9 +136,12 @@ def load_hf(directory: str | pathlib.Path, mesh: Mesh | None = None, **config_ov
   """Loads a Llama/Qwen2/Qwen3 Hugging Face directory into a Decoder (sharded over `mesh` if given)."""
   directory = pathlib.Path(directory)
   cfg = DecoderConfig.from_hf(read_config(directory), **config_overrides)
-  source = SafetensorsDir(directory, error=WeightLoadError)
+  files = SafetensorsDir(directory, error=WeightLoadError)
+  source = TensorSource(files, files.keys(), WeightLoadError, directory)
   abstract = nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(0)))
-  return load_params(abstract, source, source.__contains__, mesh)
+  model = load_params(abstract, source, source.__contains__, mesh)
+  source.check_all_used()
+  return model
 
 
 def hf_tensors(model: Decoder) -> Iterable[tuple[str, np.ndarray]]:
@@ -142,6 +160,7 @@ def hf_tensors(model: Decoder) -> Iterable[tuple[str, np.ndarray]]:
 def save_hf(model: Decoder, directory: str | pathlib.Path, tokenizer=None,
             max_shard_bytes: int = 4 << 30) -> pathlib.Path:
   """Writes config.json + safetensors shards (+ index when sharded) that transformers loads directly."""
+  hf_cfg = model.cfg.to_hf()  # first: a config with no exact HF form fails before anything is written
   directory = pathlib.Path(directory)
   directory.mkdir(parents=True, exist_ok=True)
   shards: list[dict[str, np.ndarray]] = [{}]
@@ -152,7 +171,6 @@ def save_hf(model: Decoder, directory: str | pathlib.Path, tokenizer=None,
       size = 0
     shards[-1][key] = value
     size += value.nbytes
-  hf_cfg = model.cfg.to_hf()
   hf_cfg["torch_dtype"] = str(np.dtype(model.cfg.pdtype).name) if model.cfg.param_dtype != "bfloat16" else "bfloat16"
   (directory / "config.json").write_text(json.dumps(hf_cfg, indent=2))
   if len(shards) == 1:

@@ -1,7 +1,8 @@
 """Loads Whisper weights into the Flax model from a Hugging Face directory or a CTranslate2 model.bin.
 
 Both sources go through one HF-named state dict (`ct2.ct2_whisper_to_hf` renames the CT2 tensors), so the
-name/shape checks below cover every source. Safetensors are read with `safetensors.numpy` (no torch).
+name/shape checks below cover every source, and a tensor the model does not read fails the load naming it.
+Safetensors are read with `safetensors.numpy` (no torch).
 """
 
 from __future__ import annotations
@@ -133,8 +134,13 @@ def load_state_dict(model: Whisper, sd: Mapping[str, np.ndarray], mesh: Mesh | N
     r.layer_norm(layer.cross_norm, f"{p}.encoder_attn_layer_norm")
     r.mlp(layer.mlp, p)
     r.layer_norm(layer.mlp_norm, f"{p}.final_layer_norm")
-  if "proj_out.weight" in sd and not np.array_equal(sd["proj_out.weight"], sd["model.decoder.embed_tokens.weight"]):
-    raise WhisperWeightsError("untied proj_out.weight is not supported (Whisper ties it to the token embedding)")
+  if "proj_out.weight" in sd:
+    if not np.array_equal(sd["proj_out.weight"], sd["model.decoder.embed_tokens.weight"]):
+      raise WhisperWeightsError("untied proj_out.weight is not supported (Whisper ties it to the token embedding)")
+    r.used.add("proj_out.weight")  # equal to the embedding, which the model projects with
+  unused = sorted(set(sd) - r.used)
+  if unused:
+    raise WhisperWeightsError(f"{len(unused)} Whisper checkpoint tensor(s) not used by the model: {unused[:8]}")
   return model
 
 
