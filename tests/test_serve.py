@@ -298,7 +298,7 @@ def test_controller_answerer_routes_each_question_to_its_space(tmp_path):
                             [search, search, search]])
   items = [AskItem(a, "Where are the plants?"), AskItem(b, "Where are the plants?"),
            AskItem(b, "Where are the plants?", before_clip=1)]
-  out = ControllerAnswerer(policy, max_rounds=3)(items)
+  out = ControllerAnswerer(policy, max_rounds=3, store=store)(items)
   assert [o["answer"] for o in out] == ["the balcony", "unknown", None]
   assert 1 in out[0]["trajectory"][0]["retrieved_clips"] and 2 in out[1]["trajectory"][0]["retrieved_clips"]
   assert all(k <= 1 for r in out[2]["trajectory"] for k in r["retrieved_clips"])
