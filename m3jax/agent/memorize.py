@@ -11,8 +11,9 @@ The graph is the snapshot with the manifest's journals replayed on it. A checkpo
 (O(clip)), or, once the journals hold at least `snapshot_every` clips and as many clips as the snapshot (so
 snapshots cost O(1) amortised per clip), a fresh snapshot; then it atomically replaces the manifest that points
 to them (files fsynced first), then removes what the manifest no longer names: an interruption at any point
-leaves a consistent directory, and re-running the same command resumes at the first clip not yet memorized. Another video can be appended after the first
-(`append=True`): its clips continue the clip ids. Nothing memorized before is ever rewritten.
+leaves a consistent directory, and re-running the same command resumes at the first clip not yet memorized.
+Another video can be appended after the first (`append=True`): its clips continue the clip ids. Nothing
+memorized before is ever rewritten.
 """
 
 from __future__ import annotations

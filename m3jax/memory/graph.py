@@ -186,7 +186,7 @@ class MemoryGraph:
         node_id = int(bank.node.data[slot])
         self.contents[node_id].extend(items)
       ids.append(node_id)
-      outcomes.append((node_id, created, queries[i], items))
+      outcomes.append((node_id, created, queries[i], list(items)))   # a copy: `items` may grow with the node
     self._touch()
     self._record(("entities", kind, outcomes))
     return ids
@@ -208,7 +208,7 @@ class MemoryGraph:
         bank.merge(int(self.node_slot.data[node_id]), emb, self.config.seed)
         self.contents[node_id].extend(items)
     self._touch()
-    self._record(("entities", kind, list(outcomes)))
+    self._record(("entities", kind, [(n, c, e, list(items)) for n, c, e, items in outcomes]))
 
   def _record(self, record: tuple) -> None:
     if self.journal is not None:

@@ -123,8 +123,9 @@ class PathScrubber:
   def __init__(self, roots: list[str]):
     absolute = {str(pathlib.Path(r).resolve()) for r in roots if r}
     relative = {r.rstrip("/") for r in roots if r and not pathlib.Path(r).is_absolute() and r.strip("./")}
-    alternatives = [f"{re.escape(f)}(?P<t{i}>/{_PATH_TAIL})?" for i, f in enumerate(sorted(absolute, key=len, reverse=True))]
-    alternatives += [f"{re.escape(f)}(?P<r{i}>/{_PATH_TAIL})" for i, f in enumerate(sorted(relative, key=len, reverse=True))]
+    by_length = lambda forms: enumerate(sorted(forms, key=len, reverse=True))
+    alternatives = [f"{re.escape(f)}(?P<a{i}>/{_PATH_TAIL})?" for i, f in by_length(absolute)]
+    alternatives += [f"{re.escape(f)}(?P<r{i}>/{_PATH_TAIL})" for i, f in by_length(relative)]
     self._re = re.compile(r"(?<![\w.-])(?:" + "|".join(alternatives) + r")(?![\w.-])")
 
   def __call__(self, text: str) -> str:
