@@ -424,3 +424,30 @@ def test_write_through_a_stale_handle_after_delete_is_refused(tmp_path):
   assert e.value.status == 404 and store.list("alice") == []
   assert store._query("SELECT COUNT(*) FROM clips")[0][0] == 0
   store.close()
+
+
+def test_one_kernel_call_answers_a_batch_over_many_spaces(tmp_path, monkeypatch):
+  """A batch whose questions hit three spaces makes ONE search-kernel call (not one per space), and each
+  answer equals that space searched alone."""
+  from m3jax.agent.answer import RETRIEVAL_ROUTE
+  from m3jax.memory import search as search_lib
+  from m3jax.memory.fixture_embedder import HashedBowEmbedder
+  from m3jax.serve.answering import AskItem, RetrievalAnswerer, SharedEmbedCache
+  from m3jax.serve.spaces import SpaceStore
+  cfg = _config(tmp_path)
+  store = SpaceStore(cfg.data_dir, cfg.graph, cfg.search, SharedEmbedCache(HashedBowEmbedder((), (), 384)))
+  spaces = [store.create("alice", f"s{i}") for i in range(3)]
+  for i, space in enumerate(spaces):
+    for ep, sem in CLIPS[i:] + CLIPS[:i] + CLIPS[: i + 1]:          # other clip orders and counts per space
+      store.add_clip(space, ep, sem)
+  calls = []
+  kernel = search_lib.search_batch
+  monkeypatch.setattr(search_lib, "search_batch", lambda *a, **k: calls.append(len(a[2])) or kernel(*a, **k))
+  items = [AskItem(spaces[i % 3], CLIPS[i % 4][0][0], before_clip=None if i % 2 else 3) for i in range(9)]
+  out = RetrievalAnswerer(store)(items)
+  assert calls == [3]                                   # one call, over the three spaces' graphs
+  for it, o in zip(items, out):
+    alone = search_lib.MemorySearcher([it.space.graph], store.embed_fn, store.search_config).search(
+        [search_lib.SearchRequest(0, it.question, RETRIEVAL_ROUTE, it.before_clip)])[0]
+    assert o["trajectory"][0]["memories"] == alone.memories and o["trajectory"][0]["retrieved_clips"] == alone.clips
+  store.close()
