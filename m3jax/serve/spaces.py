@@ -302,9 +302,10 @@ class SpaceStore:
       raise SpaceError(f"{memory_dir} is not a memory directory (written by `m3jax memorize VIDEO --memory DIR`)",
                        422)
     graph = load_memory(src)                              # refuses a damaged directory before anything is made
-    if graph.config.text_dim != self.graph_config.text_dim:
-      raise SpaceError(f"{memory_dir} holds {graph.config.text_dim}-d text embeddings; the service's embedder "
-                       f"gives {self.graph_config.text_dim}-d ones", 422)
+    for dim in ("text_dim", "face_dim", "voice_dim"):       # what the service's embedder and perception produce
+      if getattr(graph.config, dim) != getattr(self.graph_config, dim):
+        raise SpaceError(f"{memory_dir} has graph {dim}={getattr(graph.config, dim)}; the service's graph has "
+                         f"{dim}={getattr(self.graph_config, dim)}", 422)
     space = self.create(tenant, name, "video")
     with space.lock:
       memdir = self.space_dir(space.id) / "memdir"
