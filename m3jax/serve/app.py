@@ -4,7 +4,8 @@ Every /v1 route needs an API key (`Authorization: Bearer KEY` or `X-API-Key: KEY
 spaces. Errors are JSON `{"error": message}` with a 4xx status naming the problem: 400 malformed JSON, 401 bad
 key, 404 unknown space/job/clip/node, 409 conflicts, 413 too large, 422 invalid fields or unusable media (unknown
 fields and ids beyond int32 included). Every route documents its error statuses in the OpenAPI spec, and
-tests/test_serve_schema.py fuzzes the spec with schemathesis.
+tests/test_serve_schema.py fuzzes the spec with schemathesis. Error messages never show server paths (data dir,
+allowed dirs): a file is named as the client knows it. The API docs at /docs work offline (assets served here).
 """
 
 
