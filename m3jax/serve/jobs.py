@@ -92,9 +92,9 @@ class JobRunner:
         self.batcher.wait_idle(self.yield_s)
         report = memorizer.memorize(video, append=append, max_clips=1, progress=False)
         self._models = memorizer.models
+        done = report.clips_skipped + len(report.clips_done)   # skipped = clips of this video done earlier
         if not report.clips_done:
           break
-        done = report.clips_skipped + len(report.clips_done)   # skipped = clips of this video done earlier
         self.store.apply_journal(space, memorizer.last_journal)
         self.store.job_update(job_id, "running", done, total)
       else:

@@ -358,8 +358,9 @@ class SpaceStore:
     keys = ("id", "space_id", "source", "status", "clips_done", "clips_total", "message", "created", "updated")
     return dict(zip(keys, rows[0]))
 
-  def jobs_unfinished(self) -> list[tuple[str, str, str, str]]:
-    return self._query("SELECT id, space_id, tenant, source FROM jobs WHERE status IN ('queued', 'running') "
+  def jobs_unfinished(self) -> list[tuple[str, str, str, str, str]]:
+    """(id, space_id, tenant, source, label) of the jobs to resume, oldest first."""
+    return self._query("SELECT id, space_id, tenant, source, label FROM jobs WHERE status IN ('queued', 'running') "
                        "ORDER BY created")
 
   def close(self) -> None:
