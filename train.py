@@ -1,5 +1,8 @@
 """Training entry point: `python train.py <program> --config configs/NAME.py [--set key=value ...]`.
 
+A config is required: the defaults alone would start a run nobody chose (and write into ./runs). Bad input (a
+missing config file, an unknown or invalid field) is one `train.py: error: ...` line, not a traceback.
+
   python train.py rl --config configs/rl_tiny.py       # DAPO on the controller's trajectories (m3jax.rl)
   python train.py sft --config configs/sft_tiny.py     # SFT of the Omni memorization model (m3jax.sft)
 """
@@ -11,40 +14,45 @@ import json
 import sys
 from typing import Callable, Sequence
 
-from m3jax.config import add_config_args, apply_overrides, load_config
+from m3jax.config import add_config_args, load_config
+from m3jax.errors import run_cli
 from m3jax.host_memory import retain_freed_memory
 
 
 def _rl(args) -> dict:
-  from m3jax.rl.program import RLConfig, main
-  cfg = load_config(args.config, args.overrides) if args.config else apply_overrides(RLConfig(), args.overrides)
-  return main(cfg)
+  from m3jax.rl.program import main
+  return main(load_config(args.config, args.overrides))
 
 
 def _sft(args) -> dict:
-  from m3jax.sft.run import SFTConfig, main
-  cfg = load_config(args.config, args.overrides) if args.config else apply_overrides(SFTConfig(), args.overrides)
-  history = main(cfg)
+  from m3jax.sft.run import main
+  history = main(load_config(args.config, args.overrides))
   return history[-1] if history else {}
 
 
-PROGRAMS: dict[str, tuple[str, Callable]] = {
-    "rl": ("DAPO on the multi-turn control policy's own trajectories", _rl),
-    "sft": ("supervised fine-tuning of the Qwen2.5-Omni thinker on clip -> memory examples", _sft),
+PROGRAMS: dict[str, tuple[str, str, Callable]] = {
+    "rl": ("DAPO on the multi-turn control policy's own trajectories", "configs/rl_tiny.py", _rl),
+    "sft": ("supervised fine-tuning of the Qwen2.5-Omni thinker on clip -> memory examples", "configs/sft_tiny.py",
+            _sft),
 }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog="train.py", description=__doc__.split("\n")[0])
   sub = parser.add_subparsers(dest="program", required=True)
-  for name, (help_text, _) in PROGRAMS.items():
-    add_config_args(sub.add_parser(name, help=help_text))
+  programs = {}
+  for name, (help_text, _, _) in PROGRAMS.items():
+    programs[name] = sub.add_parser(name, help=help_text)
+    add_config_args(programs[name])
   args = parser.parse_args(argv)
+  _, example, run = PROGRAMS[args.program]
+  if not args.config:
+    programs[args.program].error(f"--config is required, e.g. --config {example}")
   retain_freed_memory()
-  summary = PROGRAMS[args.program][1](args)
+  summary = run(args)
   print(json.dumps(summary, default=float))
   return 0
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  sys.exit(run_cli(main, prog="train.py"))

@@ -11,7 +11,7 @@ top-p 0.95, top-k 20, stop at <|im_end|>), `--max-new-tokens` per turn.
 * m3jax re-prefill: the same, but every round re-prefills each whole conversation (`LLMPolicy(reuse_kv=False)`).
 * reference (transformers, PyTorch): one question at a time, `apply_chat_template` + `generate` on the full
   conversation each round, reference regex parse, and per search the reference's reload-pickle / truncate /
-  refresh / search (`m3jax.memory.reference_search.answer`).
+  refresh / search (`tests/reference_search.py`, `answer`).
 
 Final line: `RESULT control_ratio=<m3jax q/s / reference q/s> kv_reuse_gain=<kv q/s / re-prefill q/s> ...`.
 """
@@ -23,20 +23,26 @@ import dataclasses
 import json
 import pathlib
 import re
+import sys
 import time
 
 from m3jax.agent.control import Controller, ControlConfig, Question
 from m3jax.agent.policy import LLMPolicy
 from m3jax.agent.prompts import FIRST_USER_MESSAGE, round_suffix, system_message
-from m3jax.memory import reference_search
 from m3jax.memory.fixture_embedder import HashedBowEmbedder
 from m3jax.memory.graph import MemoryGraph
 from m3jax.memory.search import MemorySearcher, SearchConfig
 from m3jax.models.llm import load_llm
 from m3jax.models.sampling import Sampler, SamplingConfig
 from m3jax.models.weights.gguf import smollm2_path
+from competitors import require  # bench/competitors.py (bench/ leads sys.path)
 
-FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "official_graphs"
+TESTS = pathlib.Path(__file__).resolve().parents[1] / "tests"
+sys.path.insert(0, str(TESTS))              # the reference oracle, tests/reference_search.py
+
+import reference_search  # noqa: E402
+
+FIXTURES = TESTS / "fixtures" / "official_graphs"
 GRAPHS = ("small", "medium")
 MAX_ROUNDS = 5
 # Tool results make each round's chunk ~0.5-1k tokens; power-of-two buckets pad those (and the cache the chunk
@@ -120,6 +126,7 @@ def main() -> None:
   parser.add_argument("--buckets", choices=("fine", "pow2"), default="fine",
                       help="sequence-length buckets: 1.5x steps (less padded prefill) or the sampler's powers of two")
   args = parser.parse_args()
+  require({"torch": "torch", "transformers": "transformers"})  # the competitor's packages (bench/setup)
 
   embed = HashedBowEmbedder.from_json(FIXTURES / "small.embedder.json")
   graphs = [MemoryGraph.from_reference_pickle(FIXTURES / f"{g}.pkl") for g in GRAPHS]

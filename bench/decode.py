@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from competitors import require  # bench/competitors.py (bench/ leads sys.path)
 
 
 def main():
@@ -21,6 +22,7 @@ def main():
   ap.add_argument("--new", type=int, default=128)
   ap.add_argument("--repeats", type=int, default=3)
   args = ap.parse_args()
+  require({"torch": "torch", "transformers": "transformers"})  # the competitor's packages (bench/setup)
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                              f" --xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads={args.threads}")
   import jax

@@ -64,7 +64,7 @@ def main() -> None:
   results = {}
   for kind in ("rules", "llm") if args.llm else ("rules",):
     t = time.perf_counter()
-    answers = make_answerer(kind, [graph], models).answer(questions)
+    answers = make_answerer(kind, [graph], models.text).answer(questions)
     acc = qa_accuracy(questions, answers)
     results[kind] = acc
     print(f"QA ({kind}, {time.perf_counter() - t:.1f} s): "

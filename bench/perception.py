@@ -29,6 +29,7 @@ import numpy as np  # noqa: E402
 import soundfile as sf  # noqa: E402
 
 from m3jax.perception import audio as A  # noqa: E402
+from competitors import require  # noqa: E402  # bench/competitors.py (bench/ leads sys.path)
 
 VOICES = {"f3": ["-v", "en-us+f3"], "m3": ["-v", "en-gb+m3"]}
 LINES = [
@@ -96,6 +97,7 @@ def main() -> None:
   parser.add_argument("--upsample", type=int, default=0)
   parser.add_argument("--repeats", type=int, default=3)
   args = parser.parse_args()
+  require({"torch": "torch", "transformers": "transformers", "resemblyzer": "resemblyzer"})  # competitors
 
   from m3jax.perception.faces import DlibFaceBackend, detect_faces
   from m3jax.perception.speech import segment_speech

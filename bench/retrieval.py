@@ -19,18 +19,23 @@ import argparse
 import copy
 import gc
 import pathlib
+import sys
 import time
 
 import numpy as np
 
 from m3jax.memory import GraphConfig, MemoryGraph, MemorySearcher, SearchRequest
-from m3jax.memory import reference_search as rs
 from m3jax.memory.fixture_embedder import HashedBowEmbedder
 from m3jax.memory.graph import EPISODIC, FACE, FLAG_SEMANTIC, SEMANTIC
 from m3jax.memory.index import ScannIndex
 from m3jax.memory.store import from_columns
 
-FIX = pathlib.Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "official_graphs"
+TESTS = pathlib.Path(__file__).resolve().parents[1] / "tests"
+sys.path.insert(0, str(TESTS))              # the reference oracle, tests/reference_search.py
+
+import reference_search as rs  # noqa: E402
+
+FIX = TESTS / "fixtures" / "official_graphs"
 
 
 def questions(n: int) -> list[dict]:

@@ -8,6 +8,8 @@ registered DAPO/GRPO loss (`function_registry.get_policy_loss_fn("grpo")`, the l
 `nnx.jit` step, which its CPU notes call the fairest train-step comparison. m3jax's step also does global-norm
 clipping and the non-finite check. Both steps alternate (noise on a shared CPU hits both alike); the median
 over `--reps` is reported after two warm-up calls each. Tokens/s counts padded tokens N·(P+C) (rows are full).
+google-tunix is not an m3jax dependency: `bench/setup` installs it (pinned) into bench/.venv-bench, so run this as
+`bench/.venv-bench/bin/python bench/rl_step.py`; without it the script says so in one line.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import optax
 from flax import nnx
 
 from m3jax.host_memory import retain_freed_memory
+from competitors import require  # bench/competitors.py (bench/ leads sys.path)
 
 SIZES = {  # tunix's CPU-notes configurations
     "tiny": dict(num_layers=2, embed=128, hidden=256, heads=4, head_dim=32, kv_heads=2, vocab=512),
@@ -100,6 +103,7 @@ def main() -> None:
   ap.add_argument("--completion", type=int, default=32)
   ap.add_argument("--reps", type=int, default=8)
   args = ap.parse_args()
+  require({"tunix": "google-tunix"})  # the competitor's packages (bench/setup)
   retain_freed_memory()  # process-wide: tunix (also XLA:CPU) runs under it too
   size, n, p, c = SIZES[args.size], args.seqs, args.prompt, args.completion
   runs = {"tunix": tunix_step_fn(size, 1e-5, n, p, c, 0), "m3jax": m3jax_step_fn(size, 1e-5, n, p, c, 0)}

@@ -74,7 +74,7 @@ def main() -> None:
     space = store.create("bench", "long-video", "video")
     # the per-clip steps of Memorizer.memorize after perception (its checkpoint is called directly: no video)
     memorizer = Memorizer(store.space_dir(space.id) / "memdir", cfg.memorize_config)
-    source, _ = memorizer._source_for(tmp / "episode.mp4", append=False)
+    source, _ = memorizer._source_for(tmp / "episode.mp4", "sha256:bench", append=False)
     face_ids, voice_ids = {}, {}
     rows = []
     for script in ep.clips:

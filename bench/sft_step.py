@@ -19,6 +19,7 @@ import time
 
 import jax
 import numpy as np
+from competitors import require  # bench/competitors.py (bench/ leads sys.path)
 
 
 def _example(i: int):
@@ -65,6 +66,7 @@ def main() -> None:
   # query blocks of 128 keep each block's scores in cache (flash-style, like torch's SDPA kernel); 0 = one block
   ap.add_argument("--attention-chunk", type=int, default=128)
   args = ap.parse_args()
+  require({"torch": "torch", "transformers": "transformers"})  # the competitor's packages (bench/setup)
   jax.config.update("jax_default_matmul_precision", "highest")
   import torch
   from flax import nnx

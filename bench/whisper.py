@@ -28,6 +28,7 @@ import time
 
 import numpy as np
 import soundfile as sf
+from competitors import require  # bench/competitors.py (bench/ leads sys.path)
 
 VOICES = ["en-us", "en-gb+m3", "en-us+f2", "en-us+m1", "en-gb-scotland+f5", "en-us+klatt", "en-gb+f3", "en-us+m7"]
 SENTENCES = [
@@ -130,6 +131,7 @@ def main() -> None:
   parser.add_argument("--segments", type=int, default=8)
   parser.add_argument("--repeats", type=int, default=2)
   args = parser.parse_args()
+  require({"torch": "torch", "transformers": "transformers"})  # the competitor's packages (bench/setup)
   r = run_whisper_bench(args.segments, args.repeats)
   print(f"m3jax {r['m3jax_s']:.2f}s (cpu {r['m3jax_cpu_s']:.2f}s)  transformers {r['transformers_s']:.2f}s "
         f"(cpu {r['transformers_cpu_s']:.2f}s)  for {r['segments']} segments ({r['audio_s']:.1f}s of audio); "

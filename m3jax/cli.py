@@ -3,37 +3,27 @@
   m3jax memorize VIDEO --memory DIR [--append] [--writer template|llm|omni [--omni-model DIR]] [--max-clips N]
                 [--config F --set k=v]
   m3jax ask --memory DIR "question" [--answerer rules|llm [--free-form]] [--before-clip N]
+  m3jax eval ANNOTATIONS.json [--answerer rules|llm] [--limit N] [--output F] [--config F --set k=v]
   m3jax demo [--config configs/demo.py] [--set answerer=rules ...]
   m3jax chat ["prompt" ...] [--llm DIR|FILE.gguf] [--temperature T]
 
 One function per subcommand (`add_<name>` builds its parser, `run_<name>` runs it); `SUBCOMMANDS` lists them.
-Everything runs offline on models shipped in installed packages; nothing is downloaded.
+Everything runs offline on models shipped in installed packages; nothing is downloaded. Bad input is one
+`m3jax: error: ...` line on stderr (exit 2), never a traceback (`m3jax.errors`).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import pathlib
 import sys
 from typing import Callable, Sequence
 
 from m3jax.config import add_config_args, apply_overrides, load_config
+from m3jax.errors import Interrupted, UserError, run_cli
 from m3jax.host_memory import retain_freed_memory
-
-
-def writer_chat(llm: str, max_new_tokens: int = 512):
-  """The `llm` memory writer's backend: batch chat completion on a local LLM through the m3jax sampler (greedy with
-  a frequency penalty, stops at <|im_end|>), constrained to the writer's JSON contract so every reply parses."""
-  from m3jax.agent.policy import ChatCompleter
-  from m3jax.agent.writers import writer_constraint
-  from m3jax.models.llm import load_llm
-  from m3jax.models.sampling import Sampler, SamplingConfig
-
-  model, tokenizer = load_llm(llm)
-  stop = tuple(tokenizer.encode("<|im_end|>", add_special_tokens=False)[:1])
-  config = SamplingConfig(max_new_tokens=max_new_tokens, greedy=True, stop_token_ids=stop, frequency_penalty=0.5)
-  return ChatCompleter(Sampler(model, config), tokenizer, config,
-                       writer_constraint(tokenizer, model.cfg.vocab_size, stop))
 
 
 # ------------------------------------------------------------------------------------------------ memorize
@@ -44,10 +34,10 @@ def add_memorize(sub) -> None:
   p.add_argument("--append", action="store_true", help="add this video after the one already in DIR")
   p.add_argument("--writer", choices=("template", "llm", "omni"), default=None,
                  help="memory writer (default: the config's `writer`, template)")
-  p.add_argument("--llm", default="smollm2-135m-instruct", help="LLM for --writer llm")
+  p.add_argument("--llm", default=None, help="LLM for --writer llm (default: the config's `writer_llm`)")
   p.add_argument("--omni-model", default=None,
                  help="local HF Qwen2.5-Omni / M3-Agent-Memorization directory for --writer omni")
-  p.add_argument("--max-clips", type=int, default=None)
+  p.add_argument("--max-clips", type=int, default=None, help="memorize at most N (>= 1) more clips")
   p.add_argument("--no-progress", action="store_true")
   add_config_args(p)
   p.set_defaults(run=run_memorize)
@@ -58,21 +48,24 @@ def _memorize_config(args):
   config = load_config(args.config) if args.config else MemorizeConfig()
   if hasattr(config, "memorize"):  # a demo config file: use its memorization part
     config = config.memorize
-  return apply_overrides(config, args.overrides)
+  flags = {"writer": args.writer, "writer_llm": args.llm, "omni_model": args.omni_model}
+  return dataclasses.replace(apply_overrides(config, args.overrides),
+                             **{k: v for k, v in flags.items() if v is not None})
 
 
 def run_memorize(args) -> int:
-  from m3jax.agent.memorize import Memorizer
-  from m3jax.agent.writers import make_writer
+  if args.max_clips is not None and args.max_clips < 1:
+    raise UserError(f"--max-clips must be >= 1, got {args.max_clips}")
+  from m3jax.agent.memorize import Memorizer, read_manifest
 
-  config = _memorize_config(args)
-  kind = args.writer or config.writer
-  writer = make_writer(kind, writer_chat(args.llm) if kind == "llm" else None,
-                       **({"omni_model": args.omni_model or config.omni_model,
-                           "attention_chunk": config.omni_attention_chunk,
-                           "max_new_tokens": config.omni_max_new_tokens} if kind == "omni" else {}))
-  report = Memorizer(args.memory, config, writer=writer).memorize(
-      args.video, append=args.append, max_clips=args.max_clips, progress=not args.no_progress)
+  memorizer = Memorizer(args.memory, _memorize_config(args))  # builds the config's writer
+  try:
+    report = memorizer.memorize(args.video, append=args.append, max_clips=args.max_clips,
+                                progress=not args.no_progress)
+  except KeyboardInterrupt:
+    manifest = read_manifest(args.memory)
+    done = f"clips up to {manifest['next_clip'] - 1}" if manifest and manifest["next_clip"] else "no clip yet"
+    raise Interrupted(f"{done} memorized into {args.memory}; re-run the same command to resume") from None
   print(f"memorized clips {report.clips_done[:1] + report.clips_done[-1:] if report.clips_done else 'none new'} "
         f"({report.clips_skipped} already in memory) into {report.memory_dir}; next clip {report.next_clip}")
   print(f"{report.media_seconds:.0f} s of media in {report.wall_seconds:.1f} s "
@@ -97,18 +90,60 @@ def add_ask(sub) -> None:
 
 
 def run_ask(args) -> int:
+  if not args.question.strip():
+    raise UserError("the question is empty")
+  if args.before_clip is not None and args.before_clip < 0:
+    raise UserError(f"--before-clip must be a clip number >= 0, got {args.before_clip}")
   from m3jax.agent.control import Question
   from m3jax.agent.demo import make_answerer
   from m3jax.agent.memorize import load_memory
-  from m3jax.agent.perceive import PerceptionModels
+  from m3jax.models.bert import TextEmbedder
 
   graph = load_memory(args.memory)
-  answerer = make_answerer(args.answerer, [graph], PerceptionModels.load(), args.llm, not args.free_form)
+  answerer = make_answerer(args.answerer, [graph], TextEmbedder.from_pretrained(), args.llm,
+                           not args.free_form)  # only the text embedder: no perception model loads
   answer = answerer.answer([Question("q", args.question, "", 0, before_clip=args.before_clip)])[0]
   if args.show_trajectory and getattr(answerer, "trajectories", None):
     for r in answerer.trajectories[0].rounds:
       print(f"[{r.action}] {r.content}")
   print(answer if answer else "(no answer)")
+  return 0
+
+
+# ---------------------------------------------------------------------------------------------------- eval
+def add_eval(sub) -> None:
+  p = sub.add_parser("eval", help="answer and judge every question of an M3-Bench-format annotation file from "
+                                  "the memory directory each video's mem_path names (as memorize / demo write)")
+  p.add_argument("annotations", help="{video_id: {mem_path, qa_list}} JSON (the demo writes one per episode)")
+  p.add_argument("--answerer", choices=("llm", "rules"), default=None,
+                 help="rules (default without --config): deterministic retrieval answers; llm: the control loop")
+  p.add_argument("--llm", default=None, help="the controller for --answerer llm (default smollm2-135m-instruct)")
+  p.add_argument("--judge", default=None, help="llm|http|exact|contains|f1|choice (default without --config: "
+                                               "contains)")
+  p.add_argument("--limit", type=int, default=None, help="evaluate only the first N (>= 1) questions")
+  p.add_argument("--output", default=None, help="results JSONL (default: ANNOTATIONS_STEM.ANSWERER.jsonl beside "
+                                                "the annotations); re-running resumes it")
+  p.add_argument("--no-progress", action="store_true")
+  add_config_args(p)
+  p.set_defaults(run=run_eval)
+
+
+def run_eval(args) -> int:
+  from m3jax.eval import EvalConfig, evaluate
+  from m3jax.eval_report import format_summary
+
+  if args.limit is not None and args.limit < 1:
+    raise UserError(f"--limit must be >= 1, got {args.limit}")
+  config = load_config(args.config) if args.config else EvalConfig(answerer="rules", judge="contains")
+  config = apply_overrides(config, args.overrides)
+  flags = {"answerer": args.answerer, "model": args.llm, "judge": args.judge, "limit": args.limit}
+  config = dataclasses.replace(config, annotations=args.annotations,
+                               **{k: v for k, v in flags.items() if v is not None})
+  ann = pathlib.Path(args.annotations)
+  output = args.output or str(ann.with_name(f"{ann.stem}.{config.answerer}.jsonl"))
+  summary = evaluate(dataclasses.replace(config, output=output), progress=not args.no_progress)
+  print(format_summary(summary))
+  print(f"results: {output}")
   return 0
 
 
@@ -142,42 +177,72 @@ def add_chat(sub) -> None:
   p.set_defaults(run=run_chat)
 
 
+def chat_config(tokenizer, max_new_tokens: int = 256, temperature: float = 0.0, top_p: float = 1.0, seed: int = 0):
+  """The chat's sampling settings: greedy at temperature 0, stops at the tokenizer's EOS and <|im_end|>."""
+  from m3jax.models.sampling import SamplingConfig
+
+  stop = tuple(i for i in {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")} if isinstance(i, int))
+  return SamplingConfig(max_new_tokens=max_new_tokens, greedy=temperature == 0, temperature=temperature or 1.0,
+                        top_p=top_p, stop_token_ids=stop, seed=seed)
+
+
+class Chat:
+  """One conversation on one KV cache. A turn re-renders the whole conversation with the chat template; when that
+  starts with the cached tokens (the reply tokenizes back to what was sampled), only the new tokens are prefilled.
+  Otherwise (say, a reply whose stripped whitespace was a token) the whole conversation is prefilled again: slower,
+  not wrong, so it is counted in `reprefills` and reported on stderr instead of happening silently. `last` is the
+  last turn's SampleOutput (its tokens and log-probs)."""
+
+  def __init__(self, sampler, tokenizer):
+    self.sampler, self.tokenizer = sampler, tokenizer
+    self.messages: list[dict[str, str]] = []
+    self.last = None
+    self.reprefills = 0
+
+  def say(self, text: str) -> str:
+    from m3jax.models.tokenizer import chat_ids
+
+    self.messages.append({"role": "user", "content": text})
+    ids = chat_ids(self.tokenizer, self.messages)
+    history = self.last.state.history[0] if self.last is not None else None
+    if history is not None and ids[:len(history)] == history:
+      out = self.sampler.continue_(self.last.state, [ids[len(history):]])
+    else:
+      if history is not None:
+        self.reprefills += 1
+        print(f"m3jax chat: the conversation no longer tokenizes to the cached {len(history)} tokens; "
+              f"prefilling all {len(ids)} again", file=sys.stderr)
+      out = self.sampler.generate([ids])
+    self.last = out
+    reply = out.text[0].strip()
+    self.messages.append({"role": "assistant", "content": reply})
+    return reply
+
+
 def run_chat(args) -> int:
   from m3jax.models.llm import load_llm
-  from m3jax.models.sampling import Sampler, SamplingConfig
+  from m3jax.models.sampling import Sampler
   from m3jax.models.tokenizer import chat_ids
 
   model, tok = load_llm(args.llm)
-  stop = tuple(i for i in {tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")} if isinstance(i, int))
-  cfg = SamplingConfig(max_new_tokens=args.max_new_tokens, greedy=args.temperature == 0,
-                       temperature=args.temperature or 1.0, top_p=args.top_p, stop_token_ids=stop, seed=args.seed)
+  cfg = chat_config(tok, args.max_new_tokens, args.temperature, args.top_p, args.seed)
   sampler = Sampler(model, cfg, tokenizer=tok)
   if args.prompt:
     out = sampler.generate([chat_ids(tok, [{"role": "user", "content": p}]) for p in args.prompt])
     for prompt, text in zip(args.prompt, out.text):
       print(f">>> {prompt}\n{text.strip()}" if len(args.prompt) > 1 else text.strip())
     return 0
-  messages, state = [], None
+  chat = Chat(sampler, tok)
   while True:
     try:
       line = input(">>> ").strip()
     except EOFError:
       return 0
-    if not line:
-      continue
-    messages.append({"role": "user", "content": line})
-    ids = chat_ids(tok, messages)
-    history = state.history[0] if state is not None else []
-    if state is not None and ids[:len(history)] == history:  # append only the new turn to the cached history
-      out = sampler.continue_(state, [ids[len(history):]])
-    else:
-      out = sampler.generate([ids])
-    state = out.state
-    messages.append({"role": "assistant", "content": out.text[0].strip()})
-    print(out.text[0].strip())
+    if line:
+      print(chat.say(line))
 
 
-SUBCOMMANDS: list[Callable] = [add_memorize, add_ask, add_demo, add_chat]
+SUBCOMMANDS: list[Callable] = [add_memorize, add_ask, add_eval, add_demo, add_chat]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -188,14 +253,15 @@ def build_parser() -> argparse.ArgumentParser:
   return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _main(argv: Sequence[str] | None) -> int:
   args = build_parser().parse_args(argv)
   retain_freed_memory()
-  try:
-    return args.run(args)
-  except (ValueError, FileNotFoundError) as e:  # bad input: one clear line, no traceback
-    print(f"m3jax {args.command}: error: {e}", file=sys.stderr)
-    return 2
+  return args.run(args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  """The `m3jax` console script: bad input becomes one `m3jax: error: ...` line (exit 2), Ctrl-C exit 130."""
+  return run_cli(_main, argv, prog="m3jax")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,20 @@
 """M3-Bench evaluation: annotations + memory graphs -> judged trajectories (JSONL) + summary + plot.
 
-  python -m m3jax.eval --config configs/eval.py --set annotations=../shared/data/m3bench/robot.json \\
-      --set graphs_dir=/path/to/memory_graphs/robot --set output=results/robot.jsonl
+  python -m m3jax.eval --config configs/eval.py --set annotations=m3jax/data/m3bench_annotations/web.json \\
+      --set graphs_dir=/path/to/memory_graphs/web --set output=results/web.jsonl
+  m3jax eval ANNOTATIONS.json [--answerer rules|llm]    # the memory dirs `memorize` / `demo` wrote (mem_path)
 
-Resumable: question ids already in the output file are skipped, new lines are appended batch by batch (flushed),
-so a killed run loses at most one batch. Questions are grouped by graph before batching so a batch touches few
-graphs; every graph is loaded once per run (the reference unpickles it per search).
+(configs/eval.py defaults to the robot annotations that ship with the package, `bundled_annotations("robot")`.)
+
+A question's graph is its video's `mem_path`: a memory directory as `m3jax memorize` writes it, a saved graph, or
+a reference pickle; with `graphs_dir` set, the file of that name in graphs_dir. Every graph is located before
+anything runs, so a missing one fails at once, naming it.
+
+Resumable: question ids already answered are skipped. New lines are appended batch by batch (flushed) to
+`OUTPUT.partial`, which replaces OUTPUT when the run ends: a killed run loses at most one batch and resumes from
+the partial file, and a run that fails before answering anything leaves no file behind. Questions are grouped by
+graph before batching so a batch touches few graphs; every graph is loaded once per run (the reference
+unpickles it per search).
 """
 
 from __future__ import annotations
@@ -13,7 +22,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import pathlib
+import shutil
 import sys
 from typing import Any, Callable, Sequence
 
@@ -24,17 +35,18 @@ from m3jax.agent.judges import JUDGES, HTTPJudgeConfig, Judge, JudgeItem, make_j
 from m3jax.agent.trajectory import Trajectory
 from m3jax.config import add_config_args, apply_overrides, load_config
 from m3jax.data.m3bench import BenchQuestion, load_annotations
+from m3jax.errors import Interrupted, UserError, run_cli
 from m3jax.eval_report import format_summary, plot_summary, read_jsonl, summarize
-
 
 
 @dataclasses.dataclass(frozen=True)
 class EvalConfig:
   annotations: str = ""
-  graphs_dir: str = ""          # graph of a question = graphs_dir / basename(mem_path) (.pkl reference or m3jax)
+  graphs_dir: str = ""          # "": a question's graph is its mem_path; else graphs_dir / basename(mem_path)
   output: str = "results/eval.jsonl"
+  answerer: str = "llm"         # llm: the control loop on `model`; rules: the deterministic retrieval answerer
   model: str = "smollm2-135m-instruct"   # the control policy: the shipped default, a .gguf or an HF directory
-  embedder: str = "minilm"      # "minilm" (m3jax graphs) or a fixture embedder JSON (the official-format fixtures)
+  embedder: str = "minilm"      # "minilm" (m3jax graphs), "hashed" or a *.embedder.json (official-format fixtures)
   judge: str = "llm"            # llm | http | exact | contains | f1 | choice
   judge_model: str = "smollm2-135m-instruct"
   judge_max_new_tokens: int = 8
@@ -56,6 +68,8 @@ class EvalConfig:
   def __post_init__(self):
     if self.judge not in JUDGES:
       raise ValueError(f"EvalConfig.judge must be one of {JUDGES}, got {self.judge!r}")
+    if self.answerer not in ("llm", "rules"):
+      raise ValueError(f"EvalConfig.answerer must be llm or rules, got {self.answerer!r}")
     for name in ("batch_size", "max_rounds", "max_new_tokens", "judge_max_new_tokens"):
       if getattr(self, name) < 1:
         raise ValueError(f"EvalConfig.{name} must be >= 1, got {getattr(self, name)}")
@@ -73,11 +87,39 @@ def select_questions(questions: Sequence[BenchQuestion], cfg: EvalConfig, done: 
   return sorted(todo, key=lambda q: order[q.mem_path])
 
 
-def graph_path(graphs_dir: str | pathlib.Path, mem_path: str) -> pathlib.Path:
-  path = pathlib.Path(graphs_dir) / pathlib.PurePosixPath(mem_path).name
-  if not path.exists():
-    raise FileNotFoundError(f"memory graph {path} (from mem_path {mem_path!r}) not found")
-  return path
+def graph_path(graphs_dir: str | pathlib.Path, mem_path: str,
+               annotations_dir: str | pathlib.Path = ".") -> pathlib.Path:
+  """Where the graph of `mem_path` is: graphs_dir / its basename, or (no graphs_dir) mem_path itself, relative to
+  the working directory or else to the annotation file's directory (`render_episode` writes it either way)."""
+  if graphs_dir:
+    candidates = [pathlib.Path(graphs_dir) / pathlib.PurePosixPath(mem_path).name]
+  else:
+    candidates = list(dict.fromkeys([pathlib.Path(mem_path), pathlib.Path(annotations_dir) / mem_path]))
+  for path in candidates:
+    if path.exists():
+      return path
+  raise UserError(f"memory graph of mem_path {mem_path!r} not found (looked for "
+                  f"{' and '.join(str(c) for c in candidates)})")
+
+
+def locate_graphs(cfg: EvalConfig, questions: Sequence[BenchQuestion]) -> dict[str, pathlib.Path]:
+  """The graph path of every mem_path the selected questions use; fails before any work if one is missing."""
+  chosen = select_questions(questions, cfg, set())
+  if any(not q.mem_path for q in chosen):
+    raise UserError(f"{cfg.annotations}: a video has no mem_path (the memory to answer from)")
+  base = pathlib.Path(cfg.annotations).parent
+  return {m: graph_path(cfg.graphs_dir, m, base) for m in dict.fromkeys(q.mem_path for q in chosen)}
+
+
+def load_graph(path: pathlib.Path):
+  """A memory directory (`m3jax memorize`, the demo), a reference pickle, or a saved graph directory."""
+  from m3jax.agent.memorize import load_memory, read_manifest
+  from m3jax.memory.graph import MemoryGraph
+  if path.suffix == ".pkl":
+    return MemoryGraph.from_reference_pickle(path)
+  if path.is_dir() and (path / "manifest.json").exists() and read_manifest(path) is not None:
+    return load_memory(path)
+  return MemoryGraph.load(path)
 
 
 def drop_torn_tail(path: pathlib.Path) -> None:
@@ -102,16 +144,35 @@ def run_eval(cfg: EvalConfig, questions: Sequence[BenchQuestion], controller_for
   """Runs the un-answered questions and appends judged records to `cfg.output`; returns the summary of the file.
 
   `controller_for(mem_paths)` returns `(controller, graph_index_of_mem_path)` for the graphs of one batch.
-  Progress (rate and ETA) is a tqdm bar on stderr.
+  Progress (rate and ETA) is a tqdm bar on stderr. Lines go to `OUTPUT.partial` (see the module docstring).
   """
   out = pathlib.Path(cfg.output)
+  work = out.with_name(out.name + ".partial")
   out.parent.mkdir(parents=True, exist_ok=True)
-  drop_torn_tail(out)
-  done = {r["question_id"] for r in read_jsonl(out)}
+  if out.exists() and not work.exists():
+    shutil.copyfile(out, work)
+  drop_torn_tail(work)
+  done = {r["question_id"] for r in read_jsonl(work)}
   todo = select_questions(questions, cfg, done)
   log(f"{len(done)} questions already in {out}; {len(todo)} to run")
   bar = tqdm.tqdm(total=len(todo), unit="q", disable=not progress, dynamic_ncols=True)
-  with bar, out.open("a", encoding="utf-8") as sink:
+  try:
+    _answer_into(work, todo, cfg, controller_for, judge, bar)
+  finally:
+    if work.exists() and work.stat().st_size == 0:
+      work.unlink()
+  if work.exists():
+    os.replace(work, out)
+  summary = summarize(read_jsonl(out))
+  out.with_suffix(".summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
+  if cfg.plot and summary["questions"]:
+    plot_summary(summary, out.with_suffix(".png"))
+  return summary
+
+
+def _answer_into(work: pathlib.Path, todo: list[BenchQuestion], cfg: EvalConfig, controller_for, judge: Judge,
+                 bar) -> None:
+  with bar, work.open("a", encoding="utf-8") as sink:
     for b in range(0, len(todo), cfg.batch_size):
       batch = todo[b:b + cfg.batch_size]
       controller, index = controller_for(list(dict.fromkeys(q.mem_path for q in batch)))
@@ -125,11 +186,6 @@ def run_eval(cfg: EvalConfig, questions: Sequence[BenchQuestion], controller_for
         sink.write(json.dumps(judged_record(traj, q, verdict), ensure_ascii=False) + "\n")
       sink.flush()
       bar.update(len(batch))
-  summary = summarize(read_jsonl(out))
-  out.with_suffix(".summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
-  if cfg.plot and summary["questions"]:
-    plot_summary(summary, out.with_suffix(".png"))
-  return summary
 
 
 def _sampling(cfg: EvalConfig, tokenizer, max_new_tokens: int, greedy: bool):
@@ -145,38 +201,80 @@ def build_judge(cfg: EvalConfig) -> Judge:
 
 
 def make_embedder(name: str):
-  """`minilm` -> the MiniLM sentence embedder; a path to a fixture `*.embedder.json` -> that hashed embedder."""
+  """`minilm` -> the MiniLM sentence embedder; `hashed` -> the fixture graphs' hashed bag-of-words embedder
+  (built in); a path to a `*.embedder.json` spec -> that hashed embedder."""
   if name == "minilm":
     from m3jax.models.bert import TextEmbedder
     return TextEmbedder.from_pretrained()
   from m3jax.memory.fixture_embedder import HashedBowEmbedder
-  return HashedBowEmbedder.from_json(name)
+  if name == "hashed":
+    return HashedBowEmbedder.builtin()
+  if name.endswith(".json"):
+    return HashedBowEmbedder.from_json(name)
+  raise ValueError(f"embedder must be minilm, hashed or a path to a *.embedder.json spec, got {name!r}")
 
 
-def build_controller_factory(cfg: EvalConfig):
-  """Loads the policy once; loads each graph once and caches it across batches."""
+class RuleController:
+  """The deterministic retrieval answerer (`RuleAnswerer`) behind the controller interface: one [Answer] round
+  per question, no tokens; an empty answer leaves the question unanswered."""
+
+  def __init__(self, answerer):
+    self.answerer = answerer
+
+  def run(self, questions: Sequence[Question]) -> list[Trajectory]:
+    from m3jax.agent.trajectory import RoundRecord
+    trajs = []
+    for q, answer in zip(questions, self.answerer.answer(questions)):
+      t = Trajectory(question_id=q.question_id, question=q.question, ground_truth=q.answer, graph_key=q.graph_key,
+                     before_clip=q.before_clip, question_types=list(q.question_types),
+                     multiple_choice=q.multiple_choice)
+      t.rounds.append(RoundRecord(action="answer", content=answer, text=f"Action: [Answer]\nContent: {answer}"))
+      t.response = answer or None
+      trajs.append(t)
+    return trajs
+
+
+def build_controller_factory(cfg: EvalConfig, graph_paths: dict[str, pathlib.Path]):
+  """Loads the policy once (`answerer=llm`); loads each graph (`graph_paths[mem_path]`) once and caches it."""
+  from m3jax.agent.answer import RuleAnswerer
   from m3jax.agent.policy import LLMPolicy
-  from m3jax.memory.graph import MemoryGraph
   from m3jax.memory.search import MemorySearcher, SearchConfig
   from m3jax.models.llm import load_llm
   from m3jax.models.sampling import Sampler
 
-  model, tok = load_llm(cfg.model)
-  sampling = _sampling(cfg, tok, cfg.max_new_tokens, cfg.greedy)
-  sampler = Sampler(model, sampling, tok)
+  if cfg.answerer == "llm":
+    model, tok = load_llm(cfg.model)
+    sampling = _sampling(cfg, tok, cfg.max_new_tokens, cfg.greedy)
+    sampler = Sampler(model, sampling, tok)
   embed = make_embedder(cfg.embedder)
   graphs: dict[str, Any] = {}
 
   def controller_for(mem_paths: list[str]):
     for m in mem_paths:
       if m not in graphs:
-        path = graph_path(cfg.graphs_dir, m)
-        graphs[m] = MemoryGraph.from_reference_pickle(path) if path.suffix == ".pkl" else MemoryGraph.load(path)
-    searcher = MemorySearcher([graphs[m] for m in mem_paths], embed, SearchConfig())
+        graphs[m] = load_graph(graph_paths[m])
+    index = {m: i for i, m in enumerate(mem_paths)}
+    batch_graphs = [graphs[m] for m in mem_paths]
+    if cfg.answerer == "rules":
+      return RuleController(RuleAnswerer(batch_graphs, embed)), index
     policy = LLMPolicy(sampler, tok, sampling, reuse_kv=cfg.reuse_kv)
-    return Controller(policy, searcher, ControlConfig(max_rounds=cfg.max_rounds)), {m: i for i, m in
-                                                                                   enumerate(mem_paths)}
+    searcher = MemorySearcher(batch_graphs, embed, SearchConfig())
+    return Controller(policy, searcher, ControlConfig(max_rounds=cfg.max_rounds)), index
   return controller_for
+
+
+def evaluate(cfg: EvalConfig, progress: bool = True) -> dict[str, Any]:
+  """The whole evaluation of `cfg`: annotations, graphs located up front, answers, judge, summary. For entry
+  points: Ctrl-C becomes `Interrupted`, saying that a re-run resumes."""
+  if not cfg.annotations:
+    raise UserError("set annotations=... (config file or --set): the M3-Bench-format questions to answer")
+  questions = load_annotations(cfg.annotations)
+  paths = locate_graphs(cfg, questions)
+  try:
+    return run_eval(cfg, questions, build_controller_factory(cfg, paths), build_judge(cfg), progress=progress)
+  except KeyboardInterrupt:
+    raise Interrupted(f"the answers so far are kept in {cfg.output}.partial; re-run the same command to "
+                      "resume") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -184,13 +282,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   add_config_args(parser)
   args = parser.parse_args(argv)
   cfg = load_config(args.config, args.overrides) if args.config else apply_overrides(EvalConfig(), args.overrides)
-  if not cfg.annotations or not cfg.graphs_dir:
-    parser.error("set annotations=... and graphs_dir=... (config file or --set)")
-  questions = load_annotations(cfg.annotations)
-  summary = run_eval(cfg, questions, build_controller_factory(cfg), build_judge(cfg))
-  print(format_summary(summary))
+  print(format_summary(evaluate(cfg)))
   return 0
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  sys.exit(run_cli(main, prog="m3jax.eval"))

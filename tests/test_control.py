@@ -14,7 +14,7 @@ from m3jax.memory.fixture_embedder import HashedBowEmbedder
 from m3jax.memory.graph import MemoryGraph
 from m3jax.memory.search import MemorySearcher, SearchConfig
 
-FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "official_graphs"
+FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures" / "official_graphs"
 
 
 class ScriptedPolicy:

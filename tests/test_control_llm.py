@@ -20,7 +20,7 @@ from m3jax.models.sampling import Sampler, SamplingConfig
 from m3jax.models.tokenizer import load_tokenizer
 from m3jax.models.weights.gguf import smollm2_path
 
-FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "official_graphs"
+FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures" / "official_graphs"
 QUESTIONS = [
   Question("s1", "Who made the coffee in the morning?", "Alice", graph_index=0, graph_key="small"),
   Question("m1", "Who broke the blue vase?", "Jack", graph_index=1, graph_key="medium", before_clip=30),

@@ -4,21 +4,23 @@ import json
 import pathlib
 import re
 
+import numpy as np
 import pytest
 
+import m3jax
 from m3jax.agent.control import Controller, ControlConfig
 from m3jax.agent.judges import RuleJudge
 from m3jax.agent.policy import Turn
 from m3jax.config import load_config
 from m3jax.data.m3bench import parse_annotations
-from m3jax.eval import EvalConfig, run_eval, select_questions
+from m3jax.eval import EvalConfig, make_embedder, run_eval, select_questions
 from m3jax.eval_report import distance_bucket, format_summary, read_jsonl, summarize
 from m3jax.memory.fixture_embedder import HashedBowEmbedder
 from m3jax.memory.graph import MemoryGraph
 from m3jax.memory.search import MemorySearcher, SearchConfig
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-FIXTURES = ROOT.parent / "shared" / "fixtures" / "official_graphs"
+FIXTURES = ROOT / "tests" / "fixtures" / "official_graphs"
 
 
 class RetrieveThenAnswer:
@@ -56,7 +58,7 @@ ANNOTATIONS = {
 
 @pytest.fixture(scope="module")
 def factory():
-  embed = HashedBowEmbedder.from_json(FIXTURES / "small.embedder.json")
+  embed = make_embedder("hashed")
   graphs = {f"data/memory_graphs/robot/{n}.pkl": MemoryGraph.from_reference_pickle(FIXTURES / f"{n}.pkl")
             for n in ("small", "medium")}
   calls = []
@@ -135,12 +137,21 @@ def test_select_questions_and_config_file():
                                                                                                 0.6, 20)
   with pytest.raises(ValueError, match="judge"):
     load_config(ROOT / "configs" / "eval.py", ["judge=gpt"])
+  annotations = pathlib.Path(loaded.annotations)     # the shipped robot split, inside the package
+  assert annotations.parent == pathlib.Path(m3jax.__file__).resolve().parent / "data" / "m3bench_annotations"
+  assert annotations.name == "robot.json" and annotations.is_file()
+
+
+def test_make_embedder_names():
+  spec = HashedBowEmbedder.from_json(FIXTURES / "small.embedder.json")
+  texts = ["<face_2> does not drink coffee.", "Where is the green lunch box?"]
+  assert np.array_equal(make_embedder("hashed")(texts), spec(texts))
+  assert np.array_equal(make_embedder(str(FIXTURES / "small.embedder.json"))(texts), spec(texts))
+  with pytest.raises(ValueError, match="embedder must be minilm, hashed or .*'mini-lm'"):
+    make_embedder("mini-lm")
 
 
 def test_make_embedder_minilm_gives_unit_384d_embeddings():
-  import numpy as np
-
-  from m3jax.eval import make_embedder
   emb = np.asarray(make_embedder("minilm")(["Who likes coffee?", "Anna likes coffee."]))
   assert emb.shape == (2, 384) and np.allclose(np.linalg.norm(emb, axis=1), 1, atol=1e-5)
   assert emb[0] @ emb[1] > 0.5

@@ -278,3 +278,84 @@ def test_demo_judge_needs_every_part_of_the_truth():
   assert answer_correct('Rachel says: "I work as an engineer. I have lived in Chicago."', "Engineer, Chicago.")
   assert not answer_correct("She is an engineer.", "Engineer, Chicago.")
   assert answer_correct("Rachel", "Rachel.") and not answer_correct("", "Rachel.")
+
+
+# ------------------------------------------------------------------------------- resume keys and settings
+def test_resume_is_keyed_on_content_and_settings(memory_copy, episode, models, tmp_path):
+  import dataclasses
+  _, paths = episode
+  before = read_manifest(memory_copy)
+  moved = tmp_path / "moved.mp4"  # the same bytes under another name: a resume, nothing new
+  shutil.copy(paths["video"], moved)
+  report = Memorizer(memory_copy, CONFIG, models=models).memorize(moved, progress=False)
+  assert report.clips_done == [] and report.clips_skipped == 2
+  other = tmp_path / "other.mp4"  # another file where the memorized one was: refused, not "none new"
+  _write_video(other, [np.zeros((64, 64, 3), np.uint8)] * 5)
+  manifest = read_manifest(memory_copy)
+  manifest["sources"][0]["path"] = str(other.resolve())
+  (memory_copy / "manifest.json").write_text(json.dumps(manifest))
+  with pytest.raises(MemoryDirError, match=r"is not the file memorized into .* \(its content changed\)"):
+    Memorizer(memory_copy, CONFIG, models=models).memorize(other, progress=False)
+  for change, message in [({"clip_seconds": 10.0}, "clip_seconds: stored 30.0, now 10.0"),
+                          ({"writer": "llm"}, "writer: stored 'template', now 'llm'"),
+                          ({"perception": PerceptionConfig(face_fps=1.0, split_speakers=False)},
+                           "perception.face_fps: stored 0.25, now 1.0")]:
+    with pytest.raises(MemoryDirError, match=re.escape(message)):  # refused before any model or clip is touched
+      Memorizer(memory_copy, dataclasses.replace(CONFIG, **change))
+  assert read_manifest(memory_copy)["next_clip"] == before["next_clip"] == 2
+
+
+def test_memorizer_builds_the_writer_its_config_names(tmp_path, monkeypatch):
+  """The CLI, the demo and the server all construct `Memorizer(dir, config)`: the config's writer is the one used
+  (`writer_chat`, which loads the LLM, is replaced here by a recorder: loading SmolLM2 is covered elsewhere)."""
+  import dataclasses
+
+  from m3jax.agent import writers
+  assert isinstance(Memorizer(tmp_path / "t", CONFIG).writer, TemplateWriter)
+  asked = []
+  monkeypatch.setattr(writers, "writer_chat", lambda llm: asked.append(llm) or (lambda batch: ["{}"] * len(batch)))
+  m = Memorizer(tmp_path / "l", dataclasses.replace(CONFIG, writer="llm", writer_llm="my-llm.gguf"))
+  assert isinstance(m.writer, LLMWriter) and asked == ["my-llm.gguf"]
+  assert m.settings["writer"] == "llm" and m.settings["writer_model"] == "my-llm.gguf"
+  with pytest.raises(ValueError, match="the omni writer needs a local"):
+    Memorizer(tmp_path / "o", dataclasses.replace(CONFIG, writer="omni"))
+
+
+def test_cli_memorize_interrupted_says_how_to_resume(memory_copy, episode, monkeypatch, capsys):
+  from m3jax.cli import main
+  _, paths = episode
+
+  def interrupted(self, *args, **kwargs):
+    raise KeyboardInterrupt
+
+  monkeypatch.setattr(Memorizer, "memorize", interrupted)
+  rc = main(["memorize", str(paths["video"]), "--memory", str(memory_copy), "--no-progress",
+             "--set", "perception.face_fps=0.25", "--set", "perception.split_speakers=false"])
+  err = capsys.readouterr().err
+  assert rc == 130 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+  assert err.strip() == (f"m3jax: interrupted: clips up to 1 memorized into {memory_copy}; "
+                         "re-run the same command to resume")
+
+
+def test_cli_eval_answers_from_the_memory_dirs_of_mem_path(memorized, episode, tmp_path, capsys):
+  """`m3jax eval` on annotations whose mem_path is a memory directory (relative to the annotation file), as
+  memorize / demo write them; a limited run, then a resumed full one; results replace the partial file."""
+  import os
+
+  from m3jax.cli import main
+  from m3jax.eval_report import read_jsonl
+  mem, _, _ = memorized
+  ep, paths = episode
+  ann = tmp_path / "ann" / "episode.json"
+  ann.parent.mkdir()
+  ann.write_text(json.dumps(ep.annotations(str(paths["video"]), os.path.relpath(mem, ann.parent))))
+  assert main(["eval", str(ann), "--limit", "2", "--no-progress"]) == 0
+  out = ann.with_name("episode.rules.jsonl")
+  assert len(read_jsonl(out)) == 2 and not out.with_name(out.name + ".partial").exists()
+  capsys.readouterr()
+  assert main(["eval", str(ann), "--no-progress"]) == 0
+  records = read_jsonl(out)
+  assert sorted(r["question_id"] for r in records) == sorted(q["question_id"] for q in ep.qa_list)
+  who_said = [r for r in records if r["question"].startswith("Who said")]
+  assert who_said and all(r["correct"] for r in who_said)  # as test_who_said_is_answered_through_search
+  assert f"results: {out}" in capsys.readouterr().out

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from m3jax.memory import GraphConfig, MemoryGraph
 from m3jax.memory.fixture_embedder import HashedBowEmbedder
 
-FIX = pathlib.Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "official_graphs"
+FIX = pathlib.Path(__file__).resolve().parent / "fixtures" / "official_graphs"
 EMBED = HashedBowEmbedder.from_json(FIX / "small.embedder.json")
 WORDS = ["likes", "tea", "coffee", "garden", "not", "bike", "reads", "books", "cooks"]
 

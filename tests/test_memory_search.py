@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 
 from m3jax.memory import MemoryGraph, MemorySearcher, SearchConfig, SearchError, SearchRequest
-from m3jax.memory import reference_search as rs
 from m3jax.memory.fixture_embedder import HashedBowEmbedder
 from m3jax.memory.index import ExactIndex, ScannIndex, attach_scann
 
-FIX = pathlib.Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "official_graphs"
+import reference_search as rs  # tests/reference_search.py: the oracle, independent of m3jax
+
+FIX = pathlib.Path(__file__).resolve().parent / "fixtures" / "official_graphs"
 EMPTY = "Searched knowledge: {}\n(The search result is empty. Please try searching from another perspective.)"
 
 

@@ -16,7 +16,7 @@ from m3jax.memory.fixture_embedder import HashedBowEmbedder
 from m3jax.memory.reference_pickle import UnsafePickleError
 from m3jax.memory.store import GraphFormatError
 
-FIX = pathlib.Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "official_graphs"
+FIX = pathlib.Path(__file__).resolve().parent / "fixtures" / "official_graphs"
 
 
 @pytest.fixture(scope="module")

@@ -17,10 +17,11 @@ def test_grpo_group_normalisation_by_hand():
   np.testing.assert_allclose(a[3:], np.array([2 / 3, -1 / 3, -1 / 3]) / (s + 1e-6), rtol=1e-5)
 
 
-def test_grpo_pair_gives_plus_minus_0_7071_and_singletons_pass_through():
+def test_grpo_pair_gives_plus_minus_0_7071_and_singletons_get_zero():
   a = np.asarray(advantages.grpo_advantages(np.array([1.0, 0.0]), 2))
   np.testing.assert_allclose(a, [0.70710, -0.70710], rtol=1e-4)
-  np.testing.assert_allclose(advantages.grpo_advantages(np.array([0.3, -1.0]), 1), [0.3, -1.0])
+  for norm in (True, False):  # a group of one: reward minus its own mean, whatever the reward
+    np.testing.assert_array_equal(advantages.grpo_advantages(np.array([0.3, -1.0, 1.0]), 1, norm_by_std=norm), 0.0)
   np.testing.assert_allclose(advantages.grpo_advantages(np.array([1.0, 0.0]), 2, norm_by_std=False), [0.5, -0.5])
   with pytest.raises(advantages.AdvantageError, match="groups of 3"):
     advantages.grpo_advantages(np.zeros(4), 3)

@@ -49,9 +49,8 @@ def test_memory_qa_graphs_answer_their_questions():
   from m3jax.data.memory_qa import make_task
   from m3jax.memory.fixture_embedder import HashedBowEmbedder
   from m3jax.memory.search import MemorySearcher, SearchConfig, SearchRequest
-  from m3jax.rl.program import FIXTURE_EMBEDDER
 
-  embed = HashedBowEmbedder.from_json(FIXTURE_EMBEDDER)
+  embed = HashedBowEmbedder.builtin()           # the RL config's default embedder ("hashed")
   graphs, records = make_task([0, 1], embed, embed.dim)
   assert len(graphs) == 2 and {r.memory_id for r in records} == {0, 1}
   drink = next(r for r in records if "drink" in r.question)

@@ -126,17 +126,25 @@ def test_greedy_token_is_argmax_and_its_log_softmax():
 
 
 def test_stop_string_truncates_and_continuation_rolls_back(smollm2):
+  """Against a decode without stop strings, cut by hand at the first "France" of its text; the next turn equals a
+  fresh prefill of prompt + kept tokens + new tokens, built here and not from the sampler's history."""
   from m3jax.models.tokenizer import chat_ids
   model, tok = smollm2
   prompt = chat_ids(tok, [{"role": "user", "content": "What is the capital of France?"}])
-  cfg = SamplingConfig(max_new_tokens=24, greedy=True, stop_strings=("France",), stop_check_interval=4)
+  free = Sampler(model, SamplingConfig(max_new_tokens=24, greedy=True), tokenizer=tok).generate([prompt]).tokens[0]
+  text = tok.decode(free, skip_special_tokens=False)
+  assert "France" in text
+  kept = next(k for k in range(1, len(free) + 1) if "France" in tok.decode(free[:k], skip_special_tokens=False))
+  assert kept + 3 <= len(free)
+  # the host first looks at the text 3 tokens after the stop string: they are in the cache and must be rolled back
+  cfg = SamplingConfig(max_new_tokens=24, greedy=True, stop_strings=("France",), stop_check_interval=kept + 3)
   sampler = Sampler(model, cfg, tokenizer=tok)
   out = sampler.generate([prompt])
-  assert out.finish_reason == ["stop_string"] and out.text[0].endswith("France")
-  nxt = sampler.continue_(out.state, [tok.encode(" and", add_special_tokens=False)],
-                          SamplingConfig(max_new_tokens=6, greedy=True))
-  ref = sampler.generate([out.state.history[0][:-len(nxt.tokens[0])]], SamplingConfig(max_new_tokens=6, greedy=True))
-  assert nxt.tokens == ref.tokens
+  assert out.finish_reason == ["stop_string"] and out.tokens[0] == free[:kept]
+  assert out.text[0] == text[:text.index("France") + len("France")]
+  more, short = tok.encode(" and", add_special_tokens=False), SamplingConfig(max_new_tokens=6, greedy=True)
+  nxt = sampler.continue_(out.state, [more], short)
+  assert nxt.tokens == sampler.generate([prompt + free[:kept] + more], short).tokens
 
 
 def test_sharded_forward_and_decode_equal_single_device(tiny):
@@ -166,3 +174,70 @@ def test_bad_requests_fail_clearly(tiny):
     sampler.generate([[1] * 40000])
   with pytest.raises(ValueError, match="temperature"):
     SamplingConfig(temperature=0.0)
+
+
+def _nucleus(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -> dict[int, float]:
+  """HF `generate`'s warper order, in float64: temperature, then top-k, then top-p on the renormalised top-k
+  (a token stays when the mass strictly above it is < top_p); token -> probability of the final distribution."""
+  scaled = logits.astype(np.float64) / temperature
+  order = np.argsort(-scaled, kind="stable")[:top_k]
+  p = np.exp(scaled[order] - scaled[order].max())
+  p /= p.sum()
+  keep = order[np.cumsum(p) - p < top_p]
+  q = np.exp(scaled[keep] - scaled[keep].max())
+  return dict(zip(keep.tolist(), (q / q.sum()).tolist()))
+
+
+def test_top_k_with_top_p_samples_exactly_the_truncated_renormalised_distribution():
+  """The production setting (T 0.6, top-k 20, top-p 0.95) on one logits row where both truncations bind: the top
+  20 hold ~60% of the mass (a nucleus over the whole vocabulary would reach beyond them) and top-p then drops the
+  tail of those 20. 200k draws: support within the numpy nucleus, frequencies by a chi-square test."""
+  from scipy import stats
+  rng = np.random.default_rng(0)
+  scaled = np.concatenate([np.linspace(3.0, 0.0, 20), rng.uniform(-3.0, -0.5, 300)])
+  logits = (rng.permutation(scaled) * 0.6).astype(np.float32)
+  cfg = SamplingConfig(temperature=0.6, top_k=20, top_p=0.95)
+  want = _nucleus(logits, 0.6, 20, 0.95)
+  assert 5 < len(want) < 20 and len(_nucleus(logits, 0.6, 320, 0.95)) > 20  # both truncations bind
+  n = 200_000
+  draw = jax.jit(jax.vmap(lambda key: sample_token(jnp.asarray(logits)[None], key, cfg)[0][0]))
+  toks = np.asarray(draw(jax.random.split(jax.random.PRNGKey(1), n)))
+  outside = set(np.unique(toks).tolist()) - set(want)
+  assert not outside, f"sampled outside the top-k/top-p support: {sorted(outside)}"
+  support = sorted(want)
+  counts = np.array([(toks == t).sum() for t in support])
+  expected = n * np.array([want[t] for t in support])
+  assert stats.chisquare(counts, expected).pvalue > 1e-3
+
+
+def _penalised_greedy_reference(forward, vocab, prompt, n, frequency, presence):
+  """Greedy decode by full forward passes, penalties in numpy (OpenAI's definition: the logit of token j is
+  lowered by frequency * c[j] + presence * (c[j] > 0), c[j] = times j was generated so far)."""
+  width = len(prompt) + n
+  seq, counts = list(prompt), np.zeros(vocab)
+  for _ in range(n):
+    padded = np.zeros((1, width), np.int32)
+    padded[0, :len(seq)] = seq  # causal: the padding after the last token does not change its logits
+    logits = np.asarray(forward(jnp.asarray(padded)))[len(seq) - 1].astype(np.float64)
+    tok = int(np.argmax(logits - frequency * counts - presence * (counts > 0)))
+    seq.append(tok)
+    counts[tok] += 1
+  return seq[len(prompt):]
+
+
+def test_frequency_and_presence_penalties_match_their_definition(tiny):
+  """At 0.03 (this model's top logits lie ~0.02-0.2 apart, and it loops on a 2-token phrase without penalties),
+  where a token generated 3 times is lowered 0.09 by the frequency penalty but 0.03 by the presence penalty: each
+  greedy decode equals the numpy reference's, and the two kinds decode differently."""
+  model, _, _ = tiny
+  prompt, n = _prompts((7,))[0], 24
+  forward = jax.jit(lambda t: model(t)[0][0])
+  runs = {}
+  for freq, pres in [(0.03, 0.0), (0.0, 0.03), (0.02, 0.03)]:
+    cfg = SamplingConfig(max_new_tokens=n, greedy=True, frequency_penalty=freq, presence_penalty=pres)
+    got = Sampler(model, cfg).generate([prompt]).tokens[0]
+    assert got == _penalised_greedy_reference(forward, model.cfg.vocab_size, prompt, n, freq, pres), (freq, pres)
+    runs[freq, pres] = got
+  plain = Sampler(model, SamplingConfig(max_new_tokens=n, greedy=True)).generate([prompt]).tokens[0]
+  assert len({tuple(plain), tuple(runs[0.03, 0.0]), tuple(runs[0.0, 0.03])}) == 3  # penalties and kinds matter
+  assert max(runs[0.03, 0.0].count(t) for t in set(runs[0.03, 0.0])) >= 3  # repeated tokens: the kinds differ

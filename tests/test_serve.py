@@ -20,7 +20,7 @@ from m3jax.serve.app import create_app
 from m3jax.serve.auth import KeyRing, add_key, hash_key
 from m3jax.serve.config import ServeConfig
 
-FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "official_graphs"
+FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures" / "official_graphs"
 ALICE = {"Authorization": "Bearer key-alice"}
 BOB = {"X-API-Key": "key-bob"}
 KEYS = KeyRing({hash_key("key-alice"): "alice", hash_key("key-bob"): "bob"})

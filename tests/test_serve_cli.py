@@ -1,5 +1,5 @@
 """`python serve.py` as a user runs it: the address it prints on start, and one-line errors (exit status 2, no
-traceback) for a bad setting, a busy port (found before any model loads) and a malformed tenant name."""
+traceback: m3jax.errors.run_cli) for a bad setting, a busy port (found before any model loads) and a malformed tenant name."""
 
 import os
 import socket
@@ -25,7 +25,7 @@ def _serve(tmp_path, *args: str, **kw) -> subprocess.CompletedProcess | subproce
 
 def _one_line_error(out: subprocess.CompletedProcess, *needles: str) -> None:
   lines = out.stderr.strip().splitlines()
-  assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), out.stderr
+  assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith("serve.py: error: "), out.stderr
   assert all(n in lines[0] for n in needles), lines[0]
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from m3jax.agent.memorize import FORMAT, VERSION, MemorizeConfig, default_graph_config
 from m3jax.data.memory_qa import episode_graph
-from m3jax.errors import UserError
+from m3jax.serve.spaces import SpaceError
 from m3jax.models.bert import TextEmbedder
 from test_serve import ALICE, Server, _config
 
@@ -48,7 +48,7 @@ def test_cli_memory_imports_and_serve_retrieves_what_m3jax_ask_answers(tmp_path)
   assert drink in answer.lower(), (q, answer)
 
   args = ["--set", f"data_dir={tmp_path / 'data'}"]
-  with pytest.raises(UserError, match="is not a memory directory"):
+  with pytest.raises(SpaceError, match="is not a memory directory"):
     serve.main(args + ["import-memory", "--tenant", "alice", "--name", "x", str(tmp_path)])
   assert serve.main(args + ["import-memory", "--tenant", "alice", "--name", "episode", str(mem)]) == 0
   srv = Server(_config(tmp_path, embedder="minilm"))

@@ -43,12 +43,13 @@ def episode_questions(ep: Episode) -> list[Question]:
                    question_types=tuple(q["type"])) for q in ep.qa_list]
 
 
-def make_answerer(kind: str, graphs: list[MemoryGraph], models: PerceptionModels, llm: str = "smollm2-135m-instruct",
+def make_answerer(kind: str, graphs: list[MemoryGraph], embed_fn, llm: str = "smollm2-135m-instruct",
                   constrain_actions: bool = True):
+  """The rules or llm answerer over `graphs`; `embed_fn` is the text embedder they were memorized with."""
   from m3jax.agent.answer import LLMAnswerer, RuleAnswerer
   if kind == "rules":
-    return RuleAnswerer(graphs, models.text)
-  return LLMAnswerer(graphs, models.text, llm, constrain_actions=constrain_actions)
+    return RuleAnswerer(graphs, embed_fn)
+  return LLMAnswerer(graphs, embed_fn, llm, constrain_actions=constrain_actions)
 
 
 def answer_correct(answer: str, truth: str) -> bool:
@@ -125,7 +126,7 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
   questions = episode_questions(ep)
   if config.progress:
     print(f"answering {len(questions)} questions with the {config.answerer} answerer ...", flush=True)
-  answers = make_answerer(config.answerer, [graph], models, config.llm, config.constrain_actions).answer(questions)
+  answers = make_answerer(config.answerer, [graph], models.text, config.llm, config.constrain_actions).answer(questions)
   return {"episode": ep, "video": video, "memory_dir": memory_dir, "report": report, "questions": questions,
           "answers": answers, "accuracy": qa_accuracy(questions, answers),
           "identity": identity_scores(ep, load_observations(memory_dir), graph),

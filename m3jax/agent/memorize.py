@@ -2,8 +2,8 @@
 
 Per clip, in time order: decode (media.iter_clips) → perception resolved against the graph (perceive.py) →
 memory writer → text embeddings → graph insertion → checkpoint. The memory directory holds
-  manifest.json       what is done: sources (video files and their first clip id), the next clip id, the
-                      writer's state, the configs, cumulative per-stage timings;
+  manifest.json       what is done: sources (video files, their content hashes and first clip ids), the next
+                      clip id, the writer's state, the settings that shape memories, cumulative timings;
   graph_NNNNN/        a snapshot: the graph after clip NNNNN-1 (m3jax.memory.store format);
   journal/clip_NNNNN.npz  the graph insertions of each clip after the snapshot (m3jax.memory.journal);
   clips/clip_NNNNN.json   the clip's observation and memories (for inspection, replay and writer training).
@@ -14,11 +14,17 @@ to them (files fsynced first), then removes what the manifest no longer names: a
 leaves a consistent directory, and re-running the same command resumes at the first clip not yet memorized.
 Another video can be appended after the first (`append=True`): its clips continue the clip ids. Nothing
 memorized before is ever rewritten.
+
+Resume is keyed on the video's content (SHA-256), not its path: a moved file resumes, a different file at the
+same path is refused. The settings that shape memories (clip length, perception, graph, writer and its model) are
+recorded at the first clip; a run with other settings is refused naming what differs, since its clips would
+overlap or disagree with the stored ones.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import pathlib
@@ -29,7 +35,7 @@ from typing import Any
 from m3jax.agent import media
 from m3jax.agent.observations import ClipMemories, ClipObservation
 from m3jax.agent.perceive import PerceptionConfig, PerceptionModels, perceive_clip
-from m3jax.agent.writers import MemoryWriter, TemplateWriter
+from m3jax.agent.writers import MemoryWriter, make_writer
 from m3jax.memory import journal as journal_lib
 from m3jax.memory.graph import GraphConfig, MemoryGraph
 from m3jax.memory.store import fsync_tree
@@ -57,9 +63,11 @@ class MemorizeConfig:
   perception: PerceptionConfig = PerceptionConfig()
   graph: GraphConfig = dataclasses.field(default_factory=default_graph_config)
   min_clip_seconds: float = 0.5
-  # the memory writer the CLI builds (`make_writer`): template | llm | omni; omni needs `omni_model`, a local HF
-  # Qwen2.5-Omni / M3-Agent-Memorization directory (`--set writer=omni --set omni_model=DIR`)
+  # the memory writer `Memorizer` builds (`config_writer`): template | llm (on the local LLM `writer_llm`) |
+  # omni, which needs `omni_model`, a local HF Qwen2.5-Omni / M3-Agent-Memorization directory
+  # (`--set writer=omni --set omni_model=DIR`)
   writer: str = "template"
+  writer_llm: str = "smollm2-135m-instruct"  # a shipped name, an HF directory or a .gguf file
   omni_model: str | None = None
   omni_attention_chunk: int = 1024  # query block of the thinker's attention (30-s clips are thousands of tokens)
   omni_max_new_tokens: int = 4096
@@ -72,6 +80,44 @@ class MemorizeConfig:
       raise ValueError(f"snapshot_every must be >= 1, got {self.snapshot_every}")
     if self.writer not in ("template", "llm", "omni"):
       raise ValueError(f"writer must be template, llm or omni, got {self.writer!r}")
+    if self.omni_attention_chunk < 1 or self.omni_max_new_tokens < 1:
+      raise ValueError("omni_attention_chunk and omni_max_new_tokens must be >= 1")
+
+
+def config_writer(config: MemorizeConfig) -> MemoryWriter:
+  """The memory writer `config` names: the one place the CLI, the demo and the server get theirs from."""
+  options = ({"attention_chunk": config.omni_attention_chunk, "max_new_tokens": config.omni_max_new_tokens}
+             if config.writer == "omni" else {})
+  return make_writer(config.writer, omni_model=config.omni_model, llm=config.writer_llm, **options)
+
+
+def memory_settings(config: MemorizeConfig, writer: str) -> dict[str, Any]:
+  """What shapes the memories of a directory written by the writer named `writer`; a resume must match it
+  (JSON-normalised, so tuples are lists)."""
+  model = {"llm": config.writer_llm, "omni": config.omni_model}.get(writer)
+  settings = {"clip_seconds": config.clip_seconds, "min_clip_seconds": config.min_clip_seconds,
+              "perception": dataclasses.asdict(config.perception), "graph": dataclasses.asdict(config.graph),
+              "writer": writer, "writer_model": model}
+  return json.loads(json.dumps(settings))
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+  out = {}
+  for k, v in d.items():
+    out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+  return out
+
+
+def settings_mismatch(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+  """`key: stored X, now Y` for every recorded setting that differs (keys an older manifest lacks are skipped)."""
+  now = _flat(current)
+  return [f"{k}: stored {v!r}, now {now.get(k)!r}" for k, v in _flat(recorded).items() if now.get(k) != v]
+
+
+def video_digest(path: pathlib.Path) -> str:
+  """SHA-256 of the file's bytes: what resume is keyed on."""
+  with path.open("rb") as f:
+    return "sha256:" + hashlib.file_digest(f, "sha256").hexdigest()
 
 
 @dataclasses.dataclass
@@ -99,6 +145,8 @@ def _write_json_atomic(path: pathlib.Path, obj: Any) -> None:
 
 
 def read_manifest(memory_dir: str | pathlib.Path) -> dict[str, Any] | None:
+  if pathlib.Path(memory_dir).exists() and not pathlib.Path(memory_dir).is_dir():
+    raise MemoryDirError(f"{memory_dir} is a file, not a memory directory")
   path = pathlib.Path(memory_dir) / "manifest.json"
   if not path.exists():
     return None
@@ -134,14 +182,19 @@ class Memorizer:
                writer: MemoryWriter | None = None, models: PerceptionModels | None = None):
     self.dir = pathlib.Path(memory_dir)
     self.config = config
-    self.writer = writer or TemplateWriter()
-    self.models = models
     self.last_journal: list[tuple] = []  # the graph insertions of the last clip memorized (m3jax.memory.journal)
     self.manifest = read_manifest(self.dir)
+    self.settings = memory_settings(config, writer.name if writer is not None else config.writer)
+    self.models = models
     if self.manifest is not None:
-      if self.manifest["writer"] != self.writer.name:
-        raise MemoryDirError(f"{self.dir} was written by the {self.manifest['writer']!r} writer; resume it with "
-                             f"the same writer, not {self.writer.name!r}")
+      recorded = self.manifest.get("settings") or {  # a manifest from before settings were recorded
+          **self.manifest.get("memorize_config", {}), "writer": self.manifest["writer"]}
+      differ = settings_mismatch(recorded, self.settings)
+      if differ:
+        raise MemoryDirError(f"{self.dir} was memorized with other settings ({'; '.join(differ)}): re-run with the "
+                             "stored settings, or memorize into another directory")
+    self.writer = writer or config_writer(config)  # after the check: refusing must not wait for a model to load
+    if self.manifest is not None:
       self.writer.load_state(self.manifest.get("writer_state", {}))
       self.graph = load_memory(self.dir)
       self._remove_unnamed()  # left by an interrupted checkpoint
@@ -152,9 +205,11 @@ class Memorizer:
   def memorize(self, video: str | pathlib.Path, append: bool = False, max_clips: int | None = None,
                progress: bool = True) -> MemorizeReport:
     """Memorizes the clips of `video` not yet in memory (at most `max_clips` of them); returns a report."""
+    if max_clips is not None and max_clips < 1:
+      raise ValueError(f"max_clips must be >= 1 (or None for all clips), got {max_clips}")
     video = pathlib.Path(video).resolve()
     info = media.probe(video)  # raises MediaError before anything is touched
-    source, first_in_video = self._source_for(video, append)
+    source, first_in_video = self._source_for(video, video_digest(video), append)
     _write_json_atomic(self.dir / "manifest.json", self.manifest)  # a valid (maybe empty) memory from now on
     models = self.models or PerceptionModels.load(self.config.perception.face_upsample)
     self.models = models
@@ -167,38 +222,40 @@ class Memorizer:
     clips = media.iter_clips(video, self.config.clip_seconds, self.config.perception.face_fps,
                              self.config.perception.max_side, first_clip=first_in_video,
                              min_seconds=self.config.min_clip_seconds)
-    while max_clips is None or len(done) < max_clips:
-      t = time.perf_counter()
-      clip = next(clips, None)
-      timings["decode"] += time.perf_counter() - t
-      if clip is None:
-        break
-      clip_id = source["first_clip"] + clip.index
-      clip.index = clip_id
-      clip.start = clip.start + source["first_clip"] * self.config.clip_seconds
-      self.graph.journal = []
-      try:
-        obs = perceive_clip(clip, self.graph, models, self.config.perception,
-                            timer=lambda k, dt: timings.__setitem__(k, timings[k] + dt))
-        observe = getattr(self.writer, "observe_clip", None)
-        if observe is not None:  # a writer that watches the clip itself (omni) gets its frames, audio, crops
-          observe(clip, obs, self.graph)
-        mem = self._write_and_insert(obs, timings)
+    try:  # the bar ends its line even on Ctrl-C, so the CLI's message starts on a fresh one
+      while max_clips is None or len(done) < max_clips:
         t = time.perf_counter()
-        self._checkpoint(source, clip_id, obs, mem)
-        timings["save"] += time.perf_counter() - t
-      except BaseException:  # a half-processed clip must not linger in this object: back to the checkpoint
-        self._rollback()
-        raise
-      finally:
-        self.last_journal, self.graph.journal = self.graph.journal or [], None
-      done.append(clip_id)
-      media_s += clip.duration
+        clip = next(clips, None)
+        timings["decode"] += time.perf_counter() - t
+        if clip is None:
+          break
+        clip_id = source["first_clip"] + clip.index
+        clip.index = clip_id
+        clip.start = clip.start + source["first_clip"] * self.config.clip_seconds
+        self.graph.journal = []
+        try:
+          obs = perceive_clip(clip, self.graph, models, self.config.perception,
+                              timer=lambda k, dt: timings.__setitem__(k, timings[k] + dt))
+          observe = getattr(self.writer, "observe_clip", None)
+          if observe is not None:  # a writer that watches the clip itself (omni) gets its frames, audio, crops
+            observe(clip, obs, self.graph)
+          mem = self._write_and_insert(obs, timings)
+          t = time.perf_counter()
+          self._checkpoint(source, clip_id, obs, mem)
+          timings["save"] += time.perf_counter() - t
+        except BaseException:  # a half-processed clip must not linger in this object: back to the checkpoint
+          self._rollback()
+          raise
+        finally:
+          self.last_journal, self.graph.journal = self.graph.journal or [], None
+        done.append(clip_id)
+        media_s += clip.duration
+        if bar is not None:
+          bar.set_postfix({k: f"{v:.1f}s" for k, v in timings.items() if v >= 0.05}, refresh=False)
+          bar.update(1)
+    finally:
       if bar is not None:
-        bar.set_postfix({k: f"{v:.1f}s" for k, v in timings.items() if v >= 0.05}, refresh=False)
-        bar.update(1)
-    if bar is not None:
-      bar.close()
+        bar.close()
     wall = time.perf_counter() - start
     if done:
       total_t = self.manifest.setdefault("timings", {})
@@ -209,27 +266,31 @@ class Memorizer:
                           media_s, wall, timings)
 
   # ------------------------------------------------------------------------------------------- internals
-  def _source_for(self, video: pathlib.Path, append: bool) -> tuple[dict[str, Any], int]:
-    """The manifest source entry for `video` and the first clip index (within the video) still to do."""
+  def _source_for(self, video: pathlib.Path, digest: str, append: bool) -> tuple[dict[str, Any], int]:
+    """The manifest source entry for `video` (content `digest`) and the first clip index (within the video)
+    still to do."""
     if self.manifest is None:
       self.dir.mkdir(parents=True, exist_ok=True)
       self.manifest = {"format": FORMAT, "version": VERSION, "sources": [], "next_clip": 0, "graph": None,
                        "writer": self.writer.name, "writer_state": self.writer.state(),
-                       "graph_config": dataclasses.asdict(self.config.graph),
-                       "memorize_config": {"clip_seconds": self.config.clip_seconds,
-                                           "perception": dataclasses.asdict(self.config.perception)},
+                       "graph_config": dataclasses.asdict(self.config.graph), "settings": self.settings,
                        "timings": {k: 0.0 for k in STAGES}}
     sources = self.manifest["sources"]
-    if sources and sources[-1]["path"] == str(video):
-      return sources[-1], self.manifest["next_clip"] - sources[-1]["first_clip"]
-    if sources and not append:
-      raise MemoryDirError(f"{self.dir} holds the memory of {sources[-1]['path']}; pass append=True "
+    def same(s):  # a source recorded before content hashes is matched by its path
+      return s["sha256"] == digest if "sha256" in s else s["path"] == str(video)
+
+    last = sources[-1] if sources else None
+    if last is not None and same(last):
+      return last, self.manifest["next_clip"] - last["first_clip"]
+    if last is not None and not append:
+      if last["path"] == str(video):
+        raise MemoryDirError(f"{video} is not the file memorized into {self.dir} (its content changed): memorize "
+                             "it into another directory, or add it as another video with --append")
+      raise MemoryDirError(f"{self.dir} holds the memory of {last['path']}; pass append=True "
                            f"(--append) to add {video} after it, or use another directory")
-    if any(s["path"] == str(video) for s in sources):
+    if any(same(s) for s in sources):
       raise MemoryDirError(f"{video} is already memorized in {self.dir} (not as its last video)")
-    if self.manifest["memorize_config"]["clip_seconds"] != self.config.clip_seconds:
-      raise MemoryDirError(f"{self.dir} uses {self.manifest['memorize_config']['clip_seconds']}-s clips")
-    source = {"path": str(video), "first_clip": self.manifest["next_clip"]}
+    source = {"path": str(video), "sha256": digest, "first_clip": self.manifest["next_clip"]}
     sources.append(source)
     return source, 0
 

@@ -61,6 +61,18 @@ def continuation_text(previous_finish_reason: str, user_message: str) -> str:
   return close + "\n" + render_chatml_message("user", user_message) + ASSISTANT_PREFIX
 
 
+class PromptTooLongError(ValueError):
+  """A question whose prompt does not fit the model's positions: refused before any cache is allocated."""
+
+
+def prompt_token_limit(sampler: Sampler, config: SamplingConfig) -> int:
+  """The longest first prompt a sampler takes with room left for a reply of `config.max_new_tokens`: the model's
+  trained positions (`max_position_embeddings`) and the sampler's largest cache bucket bound it. WHY: an
+  unchecked 100 KB question made the prefill allocate over 100 GB before anything failed."""
+  positions = getattr(sampler.model.cfg, "max_position_embeddings", None) or config.length_buckets[-1]
+  return min(positions, config.length_buckets[-1]) - config.max_new_tokens
+
+
 def _require_chatml(tokenizer: ChatTokenizer) -> None:
   """The protocol is rendered as ChatML; a tokenizer without its special tokens would silently split them."""
   for token in ("<|im_start|>", END_OF_TURN):
@@ -87,6 +99,12 @@ class LLMPolicy:
 
   def begin(self, conversations: Sequence[Sequence[Message]]) -> list[Turn]:
     prompts = [self.tokenizer.encode(render_chatml(c), add_special_tokens=False) for c in conversations]
+    limit = prompt_token_limit(self.sampler, self.config)
+    for n, p in enumerate(prompts):
+      if len(p) > limit:
+        where = f" (question {n + 1} of {len(prompts)})" if len(prompts) > 1 else ""
+        raise PromptTooLongError(f"the question is too long{where}: its prompt is {len(p)} tokens and this model "
+                                 f"takes at most {limit} (leaving {self.config.max_new_tokens} for the reply)")
     self._round = 0
     self._history = [list(p) for p in prompts]
     self._finish = ["" for _ in prompts]

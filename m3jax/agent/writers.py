@@ -252,17 +252,32 @@ class LLMWriter(FallbackState):
     return [m if m is not None else ClipMemories() for m in out]
 
 
+def writer_chat(llm: str, max_new_tokens: int = 512) -> Callable[[list[list[Message]]], list[str]]:
+  """The `llm` memory writer's backend: batch chat completion on a local LLM through the m3jax sampler (greedy with
+  a frequency penalty, stops at <|im_end|>), constrained to the writer's JSON contract so every reply parses."""
+  from m3jax.agent.policy import ChatCompleter
+  from m3jax.models.llm import load_llm
+  from m3jax.models.sampling import Sampler, SamplingConfig
+
+  model, tokenizer = load_llm(llm)
+  stop = tuple(tokenizer.encode("<|im_end|>", add_special_tokens=False)[:1])
+  config = SamplingConfig(max_new_tokens=max_new_tokens, greedy=True, stop_token_ids=stop, frequency_penalty=0.5)
+  return ChatCompleter(Sampler(model, config), tokenizer, config,
+                       writer_constraint(tokenizer, model.cfg.vocab_size, stop))
+
+
 def make_writer(kind: str, complete: Callable[[list[list[Message]]], list[str]] | None = None,
-                omni_model: str | None = None, **omni_options: Any) -> MemoryWriter:
-  """Writer by name: "template", "llm" (which needs `complete`) or "omni" (which needs `omni_model`, a local
-  Hugging Face Qwen2.5-Omni / M3-Agent-Memorization directory; `omni_options` go to
-  `m3jax.sft.omni_writer.load_omni_writer`, e.g. processor, attention_chunk, max_new_tokens)."""
+                omni_model: str | None = None, llm: str | None = None, **omni_options: Any) -> MemoryWriter:
+  """Writer by name: "template", "llm" (on `complete`, or else on the local LLM `llm` through `writer_chat`) or
+  "omni" (which needs `omni_model`, a local Hugging Face Qwen2.5-Omni / M3-Agent-Memorization directory;
+  `omni_options` go to `m3jax.sft.omni_writer.load_omni_writer`, e.g. processor, attention_chunk,
+  max_new_tokens)."""
   if kind == "template":
     return TemplateWriter()
   if kind == "llm":
-    if complete is None:
-      raise ValueError("the llm writer needs a chat completion function")
-    return LLMWriter(complete)
+    if complete is None and not llm:
+      raise ValueError("the llm writer needs a chat completion function or a local LLM (--llm)")
+    return LLMWriter(complete or writer_chat(llm))
   if kind == "omni":
     if not omni_model:
       raise ValueError("the omni writer needs a local Hugging Face Qwen2.5-Omni / M3-Agent-Memorization directory "

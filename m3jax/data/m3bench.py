@@ -19,6 +19,9 @@ LABEL_ALIASES = {
 }
 QUESTION_TYPES = ("Multi-Evidence Reasoning", "Person Understanding", "Cross-Modal Reasoning",
                   "General Knowledge Extraction", "Multi-Hop Reasoning")
+# the released annotation files ship as package data, so the eval config's default works from any checkout or install
+BUNDLED_DIR = pathlib.Path(__file__).resolve().with_name("m3bench_annotations")
+BUNDLED_SPLITS = ("robot", "web")
 
 
 class AnnotationError(ValueError):
@@ -110,6 +113,13 @@ def parse_annotations(data: Mapping[str, Any], source: str = "<annotations>") ->
         evidence_clips=tuple(int(c) for c in qa.get("evidence_clips", ())),
         options=tuple(str(o) for o in qa.get("options", ()))))
   return out
+
+
+def bundled_annotations(split: str) -> pathlib.Path:
+  """Path of the shipped M3-Bench annotation file of `split` (robot: 1,276 questions, web: 3,214)."""
+  if split not in BUNDLED_SPLITS:
+    raise ValueError(f"M3-Bench split must be one of {BUNDLED_SPLITS}, got {split!r}")
+  return BUNDLED_DIR / f"{split}.json"
 
 
 def load_annotations(path: str | pathlib.Path) -> list[BenchQuestion]:

@@ -2,8 +2,12 @@
 
 The fixture graphs were built with this stand-in for `text-embedding-3-large`; replaying their insertion and
 their queries needs the exact same vectors, so the algorithm is implemented literally (float64, the same
-summation order) as documented in `fixtures/official_graphs/*.embedder.json`. It implements the memory
+summation order) as documented in `tests/fixtures/official_graphs/*.embedder.json`. It implements the memory
 package's embedder interface: `embed(texts) -> float32 [N, D]` unit rows.
+
+The spec's parameters (stop words, negations, dimension) are also constants here, so `HashedBowEmbedder.builtin()`
+(the `embedder="hashed"` of the eval and RL configs) needs no file outside the package; a test checks them
+against the JSON spec.
 """
 
 from __future__ import annotations
@@ -18,6 +22,15 @@ from typing import Iterable, Sequence
 import numpy as np
 
 _TOKEN_RE = re.compile(r"[a-z0-9_]+")
+# the spec `weighted-hashed-bow-sha256-64`: stop words, negation words, dimension
+STOPWORDS = tuple("""
+a about after all also am an and any are as asks at be been before being but by can could d did do does
+each every for from had has have he her here him his how i if in into is it its just ll m me my of on or
+our re s says she should so t than that the their them then there these they this those to too us ve was
+we were what when where which who whom whose why will with would you your
+""".split())
+NEGATIONS = ("never", "no", "not")
+DIMENSION = 64
 
 
 class HashedBowEmbedder:
@@ -30,6 +43,11 @@ class HashedBowEmbedder:
     self.negations = frozenset(negations)
     self.dim = dim
     self._token_cache: dict[str, tuple[int, float]] = {}
+
+  @classmethod
+  def builtin(cls) -> "HashedBowEmbedder":
+    """The fixture graphs' embedder from the constants above (no spec file needed)."""
+    return cls(STOPWORDS, NEGATIONS, DIMENSION)
 
   @classmethod
   def from_json(cls, path: str | pathlib.Path) -> "HashedBowEmbedder":

@@ -16,13 +16,18 @@ class AdvantageError(ValueError):
 
 def grpo_advantages(rewards: Float[Array, "N"], group_size: int, *, eps: float = 1e-6,
                     norm_by_std: bool = True) -> Float[Array, "N"]:
-  """(R − mean_group) / (std_group + eps), unbiased std (N−1) as in the reference; size-1 groups: mean 0, std 1."""
+  """(R − mean_group) / (std_group + eps), unbiased std (N−1) as in the reference.
+
+  A group of one has zero advantage: R − mean is 0, and its std (undefined with N−1) is taken as 1. One sample
+  says nothing about how good an action is relative to the policy's others, so it must not push the policy (the
+  raw reward would act as a REINFORCE signal with no baseline); only the KL term still acts on such rows.
+  """
   rewards = jnp.asarray(rewards, jnp.float32)
   if group_size < 1 or rewards.shape[0] % group_size:
     raise AdvantageError(f"{rewards.shape[0]} rewards do not split into groups of {group_size}")
   r = rewards.reshape(-1, group_size)
   if group_size == 1:
-    return rewards
+    return jnp.zeros_like(rewards)
   centered = r - r.mean(axis=1, keepdims=True)
   if norm_by_std:
     centered = centered / (r.std(axis=1, ddof=1, keepdims=True) + eps)

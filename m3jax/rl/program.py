@@ -31,10 +31,6 @@ from m3jax.rl.learner import Learner, LearnerConfig
 from m3jax.rl.metrics_log import MetricsLog
 from m3jax.rl.rewards import RewardConfig, reward_components
 
-FIXTURE_EMBEDDER = str(pathlib.Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "official_graphs"
-                       / "small.embedder.json")
-
-
 @dataclasses.dataclass(frozen=True)
 class TinyModel:
   """A random-init decoder (with the SmolLM2 ChatML tokenizer) for plumbing runs and benchmarks."""
@@ -50,7 +46,7 @@ class TinyModel:
 class RLConfig:
   model: str = "tiny"  # "tiny" (random TinyModel) or a load_llm name/path (smollm2-135m-instruct, HF dir, GGUF)
   tiny: TinyModel = TinyModel()
-  embedder: str = FIXTURE_EMBEDDER  # hashed-BoW fixture JSON, or "minilm"
+  embedder: str = "hashed"  # the built-in hashed bag-of-words embedder, "minilm", or a *.embedder.json spec
   train_seeds: tuple[int, int] = (0, 32)  # episode seeds [lo, hi) of the training graphs
   eval_seeds: tuple[int, int] = (10_000, 10_008)
   episode: EpisodeConfig = EpisodeConfig()

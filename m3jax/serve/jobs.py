@@ -75,22 +75,21 @@ class JobRunner:
 
   def _run(self, job_id: str, space_id: str, tenant: str, source: str, label: str) -> None:
     from m3jax.agent.media import probe
-    from m3jax.agent.memorize import Memorizer, read_manifest
+    from m3jax.agent.memorize import Memorizer
     done, total = 0, 0
     try:
       space = self.store.get(tenant, space_id)
       video = pathlib.Path(source).resolve()
       total = math.ceil(probe(video).duration / self.config.clip_seconds)
       memdir = self.store.space_dir(space_id) / "memdir"
-      manifest = read_manifest(memdir)
-      append = bool(manifest and manifest["sources"] and manifest["sources"][-1]["path"] != str(video))
       memorizer = Memorizer(memdir, self.config, models=self._models)
       if not _same_graph(space.graph, memorizer.graph):   # the space's copy missed a clip (an earlier failure)
         self.store.reload(space)
       self.store.job_update(job_id, "running", done, total)
       while not self._stopping.is_set():
         self.batcher.wait_idle(self.yield_s)
-        report = memorizer.memorize(video, append=append, max_clips=1, progress=False)
+        # append: a new video goes after the space's last one; the last one itself resumes (keyed on content)
+        report = memorizer.memorize(video, append=True, max_clips=1, progress=False)
         self._models = memorizer.models
         done = report.clips_skipped + len(report.clips_done)   # skipped = clips of this video done earlier
         if not report.clips_done:

@@ -1,27 +1,98 @@
 """A plain per-query Python/numpy port of the reference retrieval, run on the reference's own dict graph.
 
-It follows `mmagent/videograph.py` and `mmagent/retrieve.py` as specified (reference §1.6, §1.7, §3): edge
-scans for connected nodes, union-find characters from a Python `set` of statement ids, per-variant embedding
-calls, one numpy matrix per query. Two deliberate deviations keep it comparable with m3jax: whole-tag id
-replacement (the reference's substring replacement is a bug), and optional backfill of excluded clips. It is
-the parity oracle for the tests and the "reference" side of `bench/retrieval.py`; m3jax code never calls it.
+It follows `mmagent/videograph.py` and `mmagent/retrieve.py` as specified (reference §1.4, §1.6, §1.7, §3): tag
+parsing, edge scans for connected nodes, union-find characters from a Python `set` of statement ids, per-variant
+embedding calls, one numpy matrix per query, the `Searched knowledge: ` message. Two deliberate deviations keep it
+comparable with m3jax: whole-tag id replacement (the reference's substring replacement is a bug), and optional
+backfill of excluded clips.
+
+It is the parity oracle of the search and graph tests and the "reference" side of `bench/retrieval.py` and
+`bench/control.py`, so it imports nothing from `m3jax`: a bug in m3jax's tag handling, pickle reading or result
+formatting cannot hide by reaching the oracle too. It lives with the tests because no m3jax code calls it.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import pathlib
+import pickle
+import re
 from typing import Callable, Sequence
 
 import numpy as np
 
-from m3jax.memory import tags
-from m3jax.memory.reference_pickle import read_reference
-from m3jax.memory.search import format_result
+_ENTITY_RE = re.compile(r"<([^<>]*_[^<>]*)>")          # `parse_video_caption`'s pattern (reference §1.4)
+_EMPTY = "\n(The search result is empty. Please try searching from another perspective.)"
+MAX_VARIANTS = 100            # above this the reference keeps a `random.sample` of the variants (unreproducible)
 
 
-def load(path: str | pathlib.Path):
-  return read_reference(pathlib.Path(path).read_bytes())
+class VideoGraph:
+  """Data-only stand-in for `videograph.VideoGraph` (the fixture pickles are trusted test data)."""
+
+
+class Node:
+  """Data-only stand-in for `videograph.VideoGraph.Node`."""
+
+
+class _Unpickler(pickle.Unpickler):
+  def find_class(self, module: str, name: str):
+    if module == "videograph" and name in ("VideoGraph", "VideoGraph.Node"):
+      return VideoGraph if name == "VideoGraph" else Node
+    raise pickle.UnpicklingError(f"a reference memory graph names only videograph classes, not {module}.{name}")
+
+
+def load(path: str | pathlib.Path) -> VideoGraph:
+  with open(path, "rb") as f:
+    return _Unpickler(f).load()
+
+
+def parse_entities(text: str) -> list[tuple[str, int]]:
+  """`(type, id)` per tag, in text order: the body splits on `_` into exactly (type, int id), type lower-cased."""
+  out = []
+  for body in _ENTITY_RE.findall(text):
+    parts = body.split("_")
+    if len(parts) != 2 or parts[0].strip().lower() not in ("face", "voice", "character"):
+      continue
+    try:
+      out.append((parts[0].strip().lower(), int(parts[1])))
+    except ValueError:
+      pass
+  return out
+
+
+def is_hidden(text: str) -> bool:
+  """`translate` drops sentences starting with "equivalence: " (lower-cased, with the space)."""
+  return text.lower().startswith("equivalence: ")
+
+
+def translate(text: str, reverse: dict[str, str]) -> str:
+  """Each distinct face/voice entity with a character becomes that character, whole `<...>` tags only."""
+  for kind, k in dict.fromkeys(parse_entities(text)):
+    if kind != "character" and f"{kind}_{k}" in reverse:
+      text = text.replace(f"<{kind}_{k}>", f"<{reverse[f'{kind}_{k}']}>")
+  return text
+
+
+def back_translate(query: str, mappings: dict[str, list[str]]) -> list[str]:
+  """One variant per combination of the member tags of the characters the query names (whole tags only)."""
+  names = list(dict.fromkeys(f"character_{k}" for kind, k in parse_entities(query)
+                             if kind == "character" and f"character_{k}" in mappings))
+  combos = list(itertools.product(*[mappings[n] for n in names]))
+  if len(combos) > MAX_VARIANTS:
+    raise ValueError(f"{len(combos)} variants: the reference samples {MAX_VARIANTS} at random, no oracle exists")
+  out = []
+  for combo in combos:
+    variant = query
+    for name, member in zip(names, combo):
+      variant = variant.replace(f"<{name}>", f"<{member}>")
+    out.append(variant)
+  return out
+
+
+def format_result(memories: dict[str, list[str]]) -> str:
+  """What the controller sees (reference §3.6)."""
+  return "Searched knowledge: " + json.dumps(memories, ensure_ascii=False) + ("" if memories else _EMPTY)
 
 
 def connected(g, node_id: int, types: Sequence[str]) -> list[int]:
@@ -47,7 +118,7 @@ def truncate(g, clip_id: int) -> None:
 
 def _entities(g, text: str) -> list[str]:
   out = []
-  for kind, k in tags.parse_entities(text):
+  for kind, k in parse_entities(text):
     if kind == "face" and k in g.nodes and g.nodes[k].type == "img" or \
        kind == "voice" and k in g.nodes and g.nodes[k].type == "voice":
       out.append(f"{kind}_{k}")
@@ -108,9 +179,9 @@ def search(g, query: str, current_clips: list[int], embed: Callable[[Sequence[st
            mode: str = "max", threshold: float = 0.0, mem_wise: bool = False, before_clip: int | None = None,
            backfill: bool = False) -> dict[str, list[str]]:
   """The reference `search` (clip route, or node route with `mem_wise=True`); extends `current_clips`."""
-  variants = tags.back_translate(query, g.character_mappings)
+  variants = back_translate(query, g.character_mappings)
   related: list[int] = []
-  for kind, k in tags.parse_entities(query):
+  for kind, k in parse_entities(query):
     if kind == "character":
       related += [int(m.split("_")[1]) for m in g.character_mappings.get(f"character_{k}", [])]
     elif f"{kind}_{k}" in g.reverse_character_mappings:
@@ -132,9 +203,9 @@ def search(g, query: str, current_clips: list[int], embed: Callable[[Sequence[st
     for nid in sorted(scores, key=lambda n: -scores[n]):
       clip = g.nodes[nid].metadata["timestamp"]
       text = g.nodes[nid].metadata["contents"][0]
-      if before_clip is not None and clip > before_clip or tags.is_hidden(text):
+      if before_clip is not None and clip > before_clip or is_hidden(text):
         continue
-      out.setdefault(clip, []).append(tags.translate(text, reverse))
+      out.setdefault(clip, []).append(translate(text, reverse))
       n_out += 1
       if n_out >= topk:
         break
@@ -152,7 +223,7 @@ def search(g, query: str, current_clips: list[int], embed: Callable[[Sequence[st
   memories = {}
   for c in sorted(new):
     texts = [g.nodes[n].metadata["contents"][0] for n in g.text_nodes_by_clip.get(c, [])]
-    memories[f"CLIP_{c}"] = [tags.translate(t, reverse) for t in texts if not tags.is_hidden(t)]
+    memories[f"CLIP_{c}"] = [translate(t, reverse) for t in texts if not is_hidden(t)]
   return memories
 
 

@@ -1,0 +1,20 @@
+"""The benchmarks' competitors are not m3jax dependencies: `bench/setup` installs them, pinned, into
+bench/.venv-bench. A benchmark calls `require` before importing one, so a missing competitor ends it with one line
+saying what to run instead of an ImportError traceback."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import sys
+
+
+def require(modules: dict[str, str]) -> None:
+  """`modules`: import name -> the package that provides it. Exits (status 2) with one line naming the missing
+  packages and the command that installs them."""
+  missing = [package for module, package in modules.items() if importlib.util.find_spec(module) is None]
+  if missing:
+    script = f"bench/{pathlib.Path(sys.argv[0]).name}"
+    print(f"{script}: its competitor needs {', '.join(missing)}, not installed in {sys.prefix}; run bench/setup, "
+          f"then bench/.venv-bench/bin/python {script}", file=sys.stderr)
+    sys.exit(2)
