@@ -11,8 +11,8 @@ import pytest
 
 from m3jax.agent.memorize import FORMAT, VERSION, MemorizeConfig, default_graph_config
 from m3jax.data.memory_qa import episode_graph
-from m3jax.serve.spaces import SpaceError
 from m3jax.models.bert import TextEmbedder
+from m3jax.serve.spaces import SpaceError
 from test_serve import ALICE, Server, _config
 
 pytestmark = pytest.mark.slow
