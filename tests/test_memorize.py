@@ -67,7 +67,8 @@ def _words(text: str) -> set[str]:
 
 def test_crash_then_resume_memorizes_every_clip_once(memorized):
   mem, after_crash, resumed = memorized
-  assert after_crash["next_clip"] == 1 and after_crash["graph"] == "graph_00001"
+  assert after_crash["next_clip"] == 1 and after_crash["graph"] is None           # clip 0 is journaled
+  assert after_crash["journal"] == ["journal/clip_00000.npz"]
   assert resumed.clips_skipped == 1 and resumed.clips_done == [1] and resumed.next_clip == 2
   assert set(resumed.timings) >= {"decode", "faces", "voices", "asr", "write", "insert", "save"}
   g = load_memory(mem)
@@ -176,11 +177,13 @@ def test_other_video_needs_append(memory_copy, tmp_path):
 
 def test_interrupted_checkpoint_leftovers_are_ignored(memory_copy):
   manifest = read_manifest(memory_copy)
-  (memory_copy / "graph_00099").mkdir()  # a checkpoint that died before its manifest was written
+  (memory_copy / "graph_00099").mkdir()  # checkpoints that died before their manifest was written
+  (memory_copy / "journal" / "clip_00099.npz").write_bytes(b"torn")
   (memory_copy / "manifest.json.tmp").write_text("{")
   m = Memorizer(memory_copy, CONFIG)
   assert m.graph.next_node_id == load_memory(memory_copy).next_node_id
-  assert not (memory_copy / "graph_00099").exists() and read_manifest(memory_copy) == manifest
+  assert not (memory_copy / "graph_00099").exists() and not (memory_copy / "journal" / "clip_00099.npz").exists()
+  assert read_manifest(memory_copy) == manifest
 
 
 def test_odd_media_give_valid_clip_memories(models, tmp_path):

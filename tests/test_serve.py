@@ -4,6 +4,7 @@ One uvicorn server runs in a thread for the module (bag-of-words embedder: no mo
 builds a second app over the same data directory.
 """
 
+import collections
 import concurrent.futures
 import json
 import pathlib
@@ -151,12 +152,14 @@ def test_bad_requests_get_clear_4xx_and_server_keeps_serving(srv, space):
   r = c.put(f"/v1/spaces/{vid}/videos", params={"filename": "a.exe"}, content=b"x", headers=ALICE)
   assert r.status_code == 422
   r = c.put(f"/v1/spaces/{vid}/videos", params={"filename": "a.mp4"}, content=b"garbage" * 100, headers=ALICE)
-  assert r.status_code == 422 and "not a usable video" in r.json()["error"]
+  assert r.status_code == 422 and r.json()["error"].startswith("'a.mp4' is not a usable video")
+  assert str(srv.tmp) not in r.text and "uploads" not in r.text             # no server path in the answer
   assert not any((srv.tmp / "data" / "spaces" / vid / "uploads").iterdir())       # refused uploads are removed
   for path, status in (("../secret.mp4", 422), (str(srv.tmp / "secret.mp4"), 422), ("missing.mp4", 404),
                        ("notes.mp4", 422)):
     r = c.post(f"/v1/spaces/{vid}/ingest", json={"path": path}, headers=ALICE)
     assert r.status_code == status, (path, r.text)
+    assert str(srv.tmp / "allowed") not in r.text
   assert c.post(f"/v1/spaces/{vid}/clips", json={"episodic": ["x"]}, headers=ALICE).status_code == 409
   assert c.get("/v1/jobs/nope", headers=ALICE).status_code == 404
   assert c.get("/healthz").json()["status"] == "ok"
@@ -179,22 +182,39 @@ def test_ask_one_and_batch_retrieval_only(srv, space):
 
 
 def test_32_concurrent_clients_are_batched(srv, space):
-  batcher = srv.app.state.batcher
-  before = (batcher.batches, batcher.items)
+  """Deterministic: the batcher is held busy on another space (its lock held here) while 32 clients send one
+  question each; once all 32 are queued the lock is released, and they must be answered as ONE batch of 32."""
+  batcher, store = srv.app.state.batcher, srv.app.state.store
+  blocker_id = srv.client.post("/v1/spaces", json={"name": "blocker"}, headers=ALICE).json()["id"]
+  blocker = store.get("alice", blocker_id)
+  before = collections.Counter(batcher.batch_size_counts)
   questions = [f"{CLIPS[i % 4][0][0]} {i}" for i in range(32)]
 
-  def ask(q):
+  def ask(sid, q):
     with httpx.Client(base_url=srv.url, timeout=60) as c:
-      return c.post(f"/v1/spaces/{space}/ask", json={"question": q}, headers=ALICE)
+      return c.post(f"/v1/spaces/{sid}/ask", json={"question": q}, headers=ALICE)
 
-  with concurrent.futures.ThreadPoolExecutor(32) as pool:
-    replies = list(pool.map(ask, questions))
+  def wait_for(condition):
+    deadline = time.time() + 30
+    while not condition():
+      assert time.time() < deadline
+      time.sleep(0.01)
+
+  with concurrent.futures.ThreadPoolExecutor(33) as pool:
+    with blocker.lock:
+      held = pool.submit(ask, blocker_id, "anything")
+      wait_for(lambda: batcher._running and batcher.pending == 0)      # the blocker's batch is stuck on the lock
+      replies = [pool.submit(ask, space, q) for q in questions]
+      wait_for(lambda: batcher.pending == 32)
+    replies = [r.result() for r in replies]
+    assert held.result().status_code == 200
   assert all(r.status_code == 200 for r in replies)
   assert [r.json()["question"] for r in replies] == questions
   for i, r in enumerate(replies):
     assert i % 4 in r.json()["trajectory"][0]["retrieved_clips"]
-  batches, items = batcher.batches - before[0], batcher.items - before[1]
-  assert items == 32 and batches < 32            # questions from different requests shared batches
+  sizes = collections.Counter(batcher.batch_size_counts)
+  sizes.subtract(before)
+  assert +sizes == collections.Counter({1: 1, 32: 1})      # the blocker alone, then all 32 questions together
 
 
 def test_restart_restores_every_space(tmp_path):
@@ -241,6 +261,20 @@ def test_admin_import_of_reference_pickle(tmp_path):
     assert out["trajectory"][0]["retrieved_clips"]
   finally:
     server.stop()
+
+
+def test_docs_page_works_offline(srv):
+  """/docs must not load Swagger UI from a CDN (blank page offline): every asset it names is served here."""
+  import re
+  html = srv.client.get("/docs")
+  assert html.status_code == 200 and "swagger-ui" in html.text
+  assert not re.search(r"(https?:)?//[a-z0-9.-]+\.[a-z]{2,}", html.text, re.I), html.text
+  assets = re.findall(r"""(?:src|href)=["']([^"']+)["']|url: *["']([^"']+)["']""", html.text)
+  assets = [a or b for a, b in assets]
+  assert {"/openapi.json"} < set(assets) and any(a.endswith("swagger-ui-bundle.js") for a in assets), assets
+  for asset in assets:
+    r = srv.client.get(asset)
+    assert r.status_code == 200 and r.content, asset
 
 
 def test_viewer_page_calls_only_existing_routes(srv):
@@ -298,7 +332,7 @@ def test_controller_answerer_routes_each_question_to_its_space(tmp_path):
                             [search, search, search]])
   items = [AskItem(a, "Where are the plants?"), AskItem(b, "Where are the plants?"),
            AskItem(b, "Where are the plants?", before_clip=1)]
-  out = ControllerAnswerer(policy, max_rounds=3)(items)
+  out = ControllerAnswerer(policy, max_rounds=3, store=store)(items)
   assert [o["answer"] for o in out] == ["the balcony", "unknown", None]
   assert 1 in out[0]["trajectory"][0]["retrieved_clips"] and 2 in out[1]["trajectory"][0]["retrieved_clips"]
   assert all(k <= 1 for r in out[2]["trajectory"] for k in r["retrieved_clips"])
@@ -373,6 +407,7 @@ def test_no_route_answers_5xx_to_junk(srv, space):
         r = srv.client.request(method.upper(), url, params=params, content=body,
                                headers={**ALICE, "Content-Type": "application/json"})
         assert r.status_code < 500, (method, url, body, r.status_code, r.text)
+        assert str(srv.tmp) not in r.text, r.text                  # never a server path
         checked += 1
   assert checked > 200 and srv.client.get("/healthz").status_code == 200
 
@@ -388,4 +423,31 @@ def test_write_through_a_stale_handle_after_delete_is_refused(tmp_path):
     store.add_clip(handle, ["too late"], [])
   assert e.value.status == 404 and store.list("alice") == []
   assert store._query("SELECT COUNT(*) FROM clips")[0][0] == 0
+  store.close()
+
+
+def test_one_kernel_call_answers_a_batch_over_many_spaces(tmp_path, monkeypatch):
+  """A batch whose questions hit three spaces makes ONE search-kernel call (not one per space), and each
+  answer equals that space searched alone."""
+  from m3jax.agent.answer import RETRIEVAL_ROUTE
+  from m3jax.memory import search as search_lib
+  from m3jax.memory.fixture_embedder import HashedBowEmbedder
+  from m3jax.serve.answering import AskItem, RetrievalAnswerer, SharedEmbedCache
+  from m3jax.serve.spaces import SpaceStore
+  cfg = _config(tmp_path)
+  store = SpaceStore(cfg.data_dir, cfg.graph, cfg.search, SharedEmbedCache(HashedBowEmbedder((), (), 384)))
+  spaces = [store.create("alice", f"s{i}") for i in range(3)]
+  for i, space in enumerate(spaces):
+    for ep, sem in CLIPS[i:] + CLIPS[:i] + CLIPS[: i + 1]:          # other clip orders and counts per space
+      store.add_clip(space, ep, sem)
+  calls = []
+  kernel = search_lib.search_batch
+  monkeypatch.setattr(search_lib, "search_batch", lambda *a, **k: calls.append(len(a[2])) or kernel(*a, **k))
+  items = [AskItem(spaces[i % 3], CLIPS[i % 4][0][0], before_clip=None if i % 2 else 3) for i in range(9)]
+  out = RetrievalAnswerer(store)(items)
+  assert calls == [3]                                   # one call, over the three spaces' graphs
+  for it, o in zip(items, out):
+    alone = search_lib.MemorySearcher([it.space.graph], store.embed_fn, store.search_config).search(
+        [search_lib.SearchRequest(0, it.question, RETRIEVAL_ROUTE, it.before_clip)])[0]
+    assert o["trajectory"][0]["memories"] == alone.memories and o["trajectory"][0]["retrieved_clips"] == alone.clips
   store.close()

@@ -10,6 +10,7 @@ itself (ids replaced by names): the floor a trained controller must beat, and a 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Callable, Sequence
 
@@ -18,6 +19,12 @@ import numpy as np
 from m3jax.agent.control import Question
 from m3jax.memory.search import MemorySearcher, SearchConfig, SearchRequest
 
+# The search settings of every answering path (`m3jax ask`, the demo, the memory service): the reference
+# control's tools (clip route: top-2 clips scoring >= 0.5; node route: top-20 memories, no threshold). Answers
+# without an LLM retrieve through the node route, as the reference's character-id searches do: a question's
+# words rarely reach the clip threshold against memories that name people by tag ("<face_3> likes tea.").
+ASK_SEARCH = SearchConfig()
+RETRIEVAL_ROUTE = "node"
 _WHO_RE = re.compile(r"^\s*who\s+(?:said|says|mentioned|told)\s+(?:that\s+)?(.*?)\??\s*$", re.IGNORECASE)
 CHARACTER_TAG_RE = re.compile(r"<(character_\d+|face_\d+|voice_\d+)>")
 _CAPITAL_RE = re.compile(r"\b([A-Z][a-z]+)\b")
@@ -40,14 +47,14 @@ class RuleAnswerer:
 
   def __init__(self, graphs, embed_fn: Callable[[Sequence[str]], np.ndarray], candidates: int = 6):
     self.embed_fn = embed_fn
-    self.searcher = MemorySearcher(graphs, embed_fn, SearchConfig(node_topk=candidates))
-    self.names_searcher = MemorySearcher(graphs, embed_fn, SearchConfig(node_topk=5))
+    self.searcher = MemorySearcher(graphs, embed_fn, dataclasses.replace(ASK_SEARCH, node_topk=candidates))
+    self.names_searcher = MemorySearcher(graphs, embed_fn, dataclasses.replace(ASK_SEARCH, node_topk=5))
 
   def _top(self, q: Question, query: str, k: int = 1) -> str | None:
     """The best `k` memories for the query, joined. The search (restricted to the people the query names)
     returns candidates; they are re-ranked by similarity with the people's tags removed from both sides, so a
     short tag-dominated line ("<character_0> is present.") cannot outrank what that person said."""
-    r = self.searcher.search([SearchRequest(q.graph_index, query, "node", q.before_clip)])[0]
+    r = self.searcher.search([SearchRequest(q.graph_index, query, RETRIEVAL_ROUTE, q.before_clip)])[0]
     cands = [s for sentences in r.memories.values() for s in sentences if not _PRESENT_RE.match(s)]
     if not cands:
       return None
@@ -123,7 +130,7 @@ class LLMAnswerer:
     actions = (ActionConstraints.build(tokenizer, model.cfg.vocab_size, stop, control.max_rounds)
                if constrain_actions else None)
     self.policy = LLMPolicy(Sampler(model, config), tokenizer, config, actions=actions)
-    self.controller = Controller(self.policy, MemorySearcher(graphs, embed_fn), control)
+    self.controller = Controller(self.policy, MemorySearcher(graphs, embed_fn, ASK_SEARCH), control)
     self.trajectories = []
 
   def answer(self, questions: Sequence[Question]) -> list[str]:

@@ -4,12 +4,16 @@ Per clip, in time order: decode (media.iter_clips) → perception resolved again
 memory writer → text embeddings → graph insertion → checkpoint. The memory directory holds
   manifest.json       what is done: sources (video files, their content hashes and first clip ids), the next
                       clip id, the writer's state, the settings that shape memories, cumulative timings;
-  graph_NNNNN/        the graph after clip NNNNN-1 (m3jax.memory.store format);
+  graph_NNNNN/        a snapshot: the graph after clip NNNNN-1 (m3jax.memory.store format);
+  journal/clip_NNNNN.npz  the graph insertions of each clip after the snapshot (m3jax.memory.journal);
   clips/clip_NNNNN.json   the clip's observation and memories (for inspection, replay and writer training).
-A checkpoint writes a fresh graph directory, then atomically replaces the manifest that points to it, then
-removes the previous graph: an interruption at any point leaves a consistent directory, and re-running the same
-command resumes at the first clip not yet memorized. Another video can be appended after the first
-(`append=True`): its clips continue the clip ids. Nothing memorized before is ever rewritten.
+The graph is the snapshot with the manifest's journals replayed on it. A checkpoint writes the clip's journal
+(O(clip)), or, once the journals hold at least `snapshot_every` clips and as many clips as the snapshot (so
+snapshots cost O(1) amortised per clip), a fresh snapshot; then it atomically replaces the manifest that points
+to them (files fsynced first), then removes what the manifest no longer names: an interruption at any point
+leaves a consistent directory, and re-running the same command resumes at the first clip not yet memorized.
+Another video can be appended after the first (`append=True`): its clips continue the clip ids. Nothing
+memorized before is ever rewritten.
 
 Resume is keyed on the video's content (SHA-256), not its path: a moved file resumes, a different file at the
 same path is refused. The settings that shape memories (clip length, perception, graph, writer and its model) are
@@ -32,7 +36,9 @@ from m3jax.agent import media
 from m3jax.agent.observations import ClipMemories, ClipObservation
 from m3jax.agent.perceive import PerceptionConfig, PerceptionModels, perceive_clip
 from m3jax.agent.writers import MemoryWriter, make_writer
+from m3jax.memory import journal as journal_lib
 from m3jax.memory.graph import GraphConfig, MemoryGraph
+from m3jax.memory.store import fsync_tree
 
 FORMAT = "m3jax.memory_dir"
 VERSION = 1
@@ -65,10 +71,13 @@ class MemorizeConfig:
   omni_model: str | None = None
   omni_attention_chunk: int = 1024  # query block of the thinker's attention (30-s clips are thousands of tokens)
   omni_max_new_tokens: int = 4096
+  snapshot_every: int = 8  # journaled clips at least between graph snapshots (see the module docstring)
 
   def __post_init__(self):
     if self.clip_seconds <= 0 or self.min_clip_seconds < 0:
       raise ValueError(f"clip_seconds must be > 0 and min_clip_seconds >= 0: {self}")
+    if self.snapshot_every < 1:
+      raise ValueError(f"snapshot_every must be >= 1, got {self.snapshot_every}")
     if self.writer not in ("template", "llm", "omni"):
       raise ValueError(f"writer must be template, llm or omni, got {self.writer!r}")
     if self.omni_attention_chunk < 1 or self.omni_max_new_tokens < 1:
@@ -128,7 +137,10 @@ class MemorizeReport:
 
 def _write_json_atomic(path: pathlib.Path, obj: Any) -> None:
   tmp = path.with_name(path.name + ".tmp")
-  tmp.write_text(json.dumps(obj, indent=1, ensure_ascii=False))
+  with open(tmp, "w") as f:
+    f.write(json.dumps(obj, indent=1, ensure_ascii=False))
+    f.flush()
+    os.fsync(f.fileno())
   os.replace(tmp, path)
 
 
@@ -155,8 +167,12 @@ def load_memory(memory_dir: str | pathlib.Path) -> MemoryGraph:
   if manifest is None:
     raise MemoryDirError(f"{memory_dir} holds no memory (run `m3jax memorize VIDEO --memory {memory_dir}`)")
   if manifest.get("graph") is None:
-    return MemoryGraph(GraphConfig(**manifest["graph_config"]))
-  return MemoryGraph.load(pathlib.Path(memory_dir) / manifest["graph"])
+    graph = MemoryGraph(GraphConfig(**manifest["graph_config"]))
+  else:
+    graph = MemoryGraph.load(pathlib.Path(memory_dir) / manifest["graph"])
+  for name in manifest.get("journal", []):
+    journal_lib.replay(graph, journal_lib.load(pathlib.Path(memory_dir) / name))
+  return graph
 
 
 class Memorizer:
@@ -166,6 +182,7 @@ class Memorizer:
                writer: MemoryWriter | None = None, models: PerceptionModels | None = None):
     self.dir = pathlib.Path(memory_dir)
     self.config = config
+    self.last_journal: list[tuple] = []  # the graph insertions of the last clip memorized (m3jax.memory.journal)
     self.manifest = read_manifest(self.dir)
     self.settings = memory_settings(config, writer.name if writer is not None else config.writer)
     self.models = models
@@ -180,9 +197,7 @@ class Memorizer:
     if self.manifest is not None:
       self.writer.load_state(self.manifest.get("writer_state", {}))
       self.graph = load_memory(self.dir)
-      for stale in self.dir.glob("graph_*"):  # left by an interrupted checkpoint
-        if stale.name != self.manifest.get("graph"):
-          shutil.rmtree(stale, ignore_errors=True)
+      self._remove_unnamed()  # left by an interrupted checkpoint
     else:
       self.graph = MemoryGraph(config.graph)
 
@@ -217,6 +232,7 @@ class Memorizer:
         clip_id = source["first_clip"] + clip.index
         clip.index = clip_id
         clip.start = clip.start + source["first_clip"] * self.config.clip_seconds
+        self.graph.journal = []
         try:
           obs = perceive_clip(clip, self.graph, models, self.config.perception,
                               timer=lambda k, dt: timings.__setitem__(k, timings[k] + dt))
@@ -230,6 +246,8 @@ class Memorizer:
         except BaseException:  # a half-processed clip must not linger in this object: back to the checkpoint
           self._rollback()
           raise
+        finally:
+          self.last_journal, self.graph.journal = self.graph.journal or [], None
         done.append(clip_id)
         media_s += clip.duration
         if bar is not None:
@@ -277,7 +295,7 @@ class Memorizer:
     return source, 0
 
   def _rollback(self) -> None:
-    self.graph = load_memory(self.dir) if self.manifest.get("graph") else MemoryGraph(self.config.graph)
+    self.graph = load_memory(self.dir)
     self.writer.load_state(self.manifest.get("writer_state", {}))
 
   def _write_and_insert(self, obs: ClipObservation, timings: dict[str, float]) -> ClipMemories:
@@ -294,13 +312,31 @@ class Memorizer:
     clips_dir.mkdir(exist_ok=True)
     _write_json_atomic(clips_dir / f"clip_{clip_id:05d}.json",
                        {"observation": obs.to_json(), "episodic": list(mem.episodic), "semantic": list(mem.semantic)})
-    name = f"graph_{clip_id + 1:05d}"
-    self.graph.save(self.dir / name)
-    old = self.manifest.get("graph")
-    self.manifest.update(next_clip=clip_id + 1, graph=name, writer_state=self.writer.state())
+    journals = self.manifest.get("journal", [])
+    in_snapshot = int(self.manifest["graph"].split("_")[1]) if self.manifest.get("graph") else 0
+    if len(journals) + 1 >= max(self.config.snapshot_every, in_snapshot):
+      name = f"graph_{clip_id + 1:05d}"
+      self.graph.save(self.dir / name)
+      fsync_tree(self.dir / name)
+      self.manifest.update(graph=name, journal=[])
+    else:
+      (self.dir / "journal").mkdir(exist_ok=True)
+      name = f"journal/clip_{clip_id:05d}.npz"
+      journal_lib.save(self.graph.journal, self.dir / name)
+      self.manifest["journal"] = journals + [name]
+    self.manifest.update(next_clip=clip_id + 1, writer_state=self.writer.state())
     _write_json_atomic(self.dir / "manifest.json", self.manifest)
-    if old and old != name:
-      shutil.rmtree(self.dir / old, ignore_errors=True)
+    self._remove_unnamed()
+
+  def _remove_unnamed(self) -> None:
+    """Removes snapshots and journals the manifest does not name (superseded, or left by an interruption)."""
+    keep = {self.manifest.get("graph"), *self.manifest.get("journal", [])}
+    for stale in self.dir.glob("graph_*"):
+      if stale.name not in keep:
+        shutil.rmtree(stale, ignore_errors=True)
+    for stale in self.dir.glob("journal/*"):
+      if f"journal/{stale.name}" not in keep:
+        stale.unlink(missing_ok=True)
 
 
 def _progress(total: int | None, initial: int, enabled: bool):

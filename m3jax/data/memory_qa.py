@@ -38,10 +38,12 @@ def _unit_rows(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
 
 
 def episode_graph(seed: int, embed_fn: Callable[[Sequence[str]], np.ndarray], text_dim: int,
-                  episode: EpisodeConfig = EpisodeConfig()) -> tuple[MemoryGraph, list[dict]]:
-  """(graph of episode `seed` with its gold memories, the episode's qa_list)."""
+                  episode: EpisodeConfig = EpisodeConfig(),
+                  graph_config: GraphConfig | None = None) -> tuple[MemoryGraph, list[dict]]:
+  """(graph of episode `seed` with its gold memories, the episode's qa_list); `graph_config` defaults to
+  GraphConfig(text_dim=text_dim)."""
   ep = make_episode(dataclasses.replace(episode, seed=int(seed)))
-  graph = MemoryGraph(GraphConfig(text_dim=text_dim))
+  graph = MemoryGraph(graph_config or GraphConfig(text_dim=text_dim))
   rng = np.random.default_rng(int(seed))
   face_ids, voice_ids = {}, {}
   for c in ep.characters:

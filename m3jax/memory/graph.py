@@ -93,6 +93,7 @@ class MemoryGraph:
     self.clip_texts: dict[int, list[int]] = {}
     self.equivalences: list[int] = []
     self.index = None
+    self.journal: list[tuple] | None = None   # when a list, every insertion appends its replayable record
     self.version = 0
     self._cache: dict = {}
     self._max_clip: int | None = -1
@@ -157,9 +158,8 @@ class MemoryGraph:
     emb = np.asarray(embeddings, np.float32)
     if emb.ndim != 2 or emb.shape[1] != bank.dim or len(emb) == 0 or not np.all(np.isfinite(emb)):
       raise GraphError(f"expected finite {kind} embeddings of shape [n, {bank.dim}], got {emb.shape}")
-    slot = bank.add(self.next_node_id, emb)
-    node_id = self._new_node(FACE if kind == "face" else VOICE, -1, slot, list(contents))
-    self._touch()
+    node_id = self.next_node_id
+    self.replay_entities(FACE if kind == "face" else VOICE, [(node_id, True, emb, list(contents))])
     return node_id
 
   def _add_entities(self, kind: int, bank: EntityBank, queries: Sequence[np.ndarray],
@@ -177,7 +177,7 @@ class MemoryGraph:
       matches = bank.match_and_insert(queries, new_node_id, self.config.seed)
     except IdentityError as e:
       raise GraphError(str(e)) from None
-    ids = []
+    ids, outcomes = [], []
     for i, (slot, created) in enumerate(matches):
       items = list(contents[i]) if contents is not None else []
       if created:
@@ -186,8 +186,33 @@ class MemoryGraph:
         node_id = int(bank.node.data[slot])
         self.contents[node_id].extend(items)
       ids.append(node_id)
+      outcomes.append((node_id, created, queries[i], list(items)))   # a copy: `items` may grow with the node
     self._touch()
+    self._record(("entities", kind, outcomes))
     return ids
+
+  def replay_entities(self, kind: int, outcomes: Sequence[tuple[int, bool, np.ndarray, Sequence[str]]]) -> None:
+    """Applies matching decisions already taken, `(node id, created, embeddings, contents)` per set in order:
+    replaying a journal reproduces the graph exactly, with no similarity re-scored against a threshold."""
+    bank = self.faces if kind == FACE else self.voices if kind == VOICE else None
+    if bank is None:
+      raise GraphError(f"entity kind must be FACE or VOICE, got {kind!r}")
+    for node_id, created, emb, items in outcomes:
+      if created:
+        if node_id != self.next_node_id:
+          raise GraphError(f"replayed entity node {node_id} but the next node id is {self.next_node_id}")
+        self._new_node(kind, -1, bank.add(node_id, emb), list(items))
+      else:
+        if self.kind(node_id) != kind:
+          raise GraphError(f"replayed update of node {node_id}, which is not a {REFERENCE_TYPE[kind]} node")
+        bank.merge(int(self.node_slot.data[node_id]), emb, self.config.seed)
+        self.contents[node_id].extend(items)
+    self._touch()
+    self._record(("entities", kind, [(n, c, e, list(items)) for n, c, e, items in outcomes]))
+
+  def _record(self, record: tuple) -> None:
+    if self.journal is not None:
+      self.journal.append(record)
 
   # ---------------------------------------------------------------------------------------------- text
   def entity_ids(self, text: str, expand_characters: bool = True) -> list[int]:
@@ -239,6 +264,7 @@ class MemoryGraph:
     if self.index is not None and self.num_text > first_slot:
       rows = np.arange(first_slot, self.num_text)
       self.index.upsert(rows, self.text_emb.data[rows])
+    self._record(("clip", clip_id, list(episodic), list(semantic), episodic_emb, semantic_emb))
     return created
 
   def _check_emb(self, emb: np.ndarray, n: int) -> np.ndarray:

@@ -133,3 +133,20 @@ def rebuild_host_indexes(g: MemoryGraph) -> None:
     g.entity_edges.setdefault(e, []).append(r)
     g.text_edges.setdefault(t, []).append(r)
   g.equivalences = np.nonzero(g.text_flags.valid & FLAG_EQUIVALENCE)[0].tolist()
+
+
+def fsync_tree(root: pathlib.Path) -> None:
+  """fsyncs every file under `root`, then the directories (power-loss durability of a snapshot)."""
+  dirs = [root, root.parent]
+  for path in root.rglob("*"):
+    if path.is_dir():
+      dirs.append(path)
+      continue
+    with open(path, "rb") as f:
+      os.fsync(f.fileno())
+  for d in dirs:
+    fd = os.open(d, os.O_RDONLY)
+    try:
+      os.fsync(fd)
+    finally:
+      os.close(fd)

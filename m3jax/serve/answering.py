@@ -1,23 +1,25 @@
 """Answering a batch of questions over many spaces: through the control agent, or retrieval-only.
 
-`retrieval` mode (no LLM configured) runs each question once through the space's search tool and returns
+`retrieval` mode (no LLM configured) runs each question once through the search `m3jax ask` uses and returns
 the retrieved memories with `answer = None` and `mode = "retrieval_only"`: it is not an answer, and the API
 says so. `controller` mode runs `m3jax.agent.control.Controller` with the LLM policy over all the batch's
 spaces at once (one policy batch per round, one search call per round), returning its answer and trajectory.
-Either way every space is searched under its lock, so a concurrent clip insert is never seen half-done.
+Either way one search call covers every space of the batch (one kernel call), made under the spaces' locks, so a
+concurrent clip insert is never seen half-done.
 """
 
 from __future__ import annotations
 
-import collections
+import contextlib
 import dataclasses
 import threading
 from typing import Callable, Sequence
 
 import numpy as np
 
-from m3jax.memory.search import SearchRequest, SearchResult
-from m3jax.serve.spaces import Space
+from m3jax.agent.answer import RETRIEVAL_ROUTE
+from m3jax.memory.search import MemorySearcher, SearchConfig, SearchRequest, SearchResult
+from m3jax.serve.spaces import Space, SpaceStore
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,9 +37,6 @@ class SharedEmbedCache:
     self._cache: dict[str, np.ndarray] = {}
     self._lock = threading.Lock()               # request threads and the batcher embed concurrently
 
-  def prefetch(self, texts: Sequence[str]) -> None:
-    self(texts)
-
   def __call__(self, texts: Sequence[str]) -> np.ndarray:
     with self._lock:
       todo = list(dict.fromkeys(t for t in texts if t not in self._cache))
@@ -51,24 +50,29 @@ class SharedEmbedCache:
 
 
 class SpacesSearcher:
-  """The controller's `Searcher` over the spaces of one batch: graph_index i is `spaces[i]`; the requests of
-  each space go to its own searcher in one call, under its lock."""
+  """The controller's `Searcher` over the spaces of one batch: graph_index i is `spaces[i]`. Every request of
+  the batch, whatever its space, goes to ONE `MemorySearcher` call (one embedder call, one kernel call over all
+  the spaces' graphs), made while holding every space's lock."""
 
-  def __init__(self, spaces: Sequence[Space]):
-    self.spaces = list(spaces)
+  def __init__(self, spaces: Sequence[Space], embed_fn: Callable[[Sequence[str]], np.ndarray],
+               config: SearchConfig):
+    # WHY sorted by the graphs' device shapes: the jitted kernel is specialised on the tuple of graph shapes, so
+    # batches over the same mix of shapes reuse one compilation whatever order their spaces arrived in
+    order = sorted(range(len(spaces)), key=lambda i: (_shape_key(spaces[i].graph), spaces[i].id))
+    self.spaces = [spaces[i] for i in order]
+    self._position = {orig: pos for pos, orig in enumerate(order)}
+    self.embed_fn, self.config = embed_fn, config
 
   def search(self, requests: list[SearchRequest]) -> list[SearchResult]:
-    by_space: dict[int, list[int]] = collections.defaultdict(list)
-    for i, r in enumerate(requests):
-      by_space[r.graph_index].append(i)
-    out: list[SearchResult | None] = [None] * len(requests)
-    for gi, rows in by_space.items():
-      space = self.spaces[gi]
-      with space.lock:
-        found = space.searcher.search([dataclasses.replace(requests[i], graph_index=0) for i in rows])
-      for i, res in zip(rows, found):
-        out[i] = res
-    return out
+    with contextlib.ExitStack() as locks:
+      for space in sorted(self.spaces, key=lambda s: s.id):   # one global order: no lock-order deadlock
+        locks.enter_context(space.lock)
+      searcher = MemorySearcher([s.graph for s in self.spaces], self.embed_fn, self.config)
+      return searcher.search([dataclasses.replace(r, graph_index=self._position[r.graph_index]) for r in requests])
+
+
+def _shape_key(g) -> tuple[int, ...]:
+  return (g.text_emb.capacity, g.edge_text.capacity)
 
 
 def _group(items: Sequence[AskItem]) -> tuple[list[Space], list[int]]:
@@ -84,20 +88,20 @@ def _group(items: Sequence[AskItem]) -> tuple[list[Space], list[int]]:
 
 
 class RetrievalAnswerer:
-  """One clip-route search per question; the memories are returned as they are (no generated answer)."""
+  """One search per question, through the route and settings `m3jax ask` retrieves with (`RETRIEVAL_ROUTE`,
+  the store's search config); the memories are returned as they are (no generated answer)."""
 
-  def __init__(self, cache: SharedEmbedCache):
-    self.cache = cache
+  def __init__(self, store: SpaceStore):
+    self.store = store
 
   def __call__(self, items: Sequence[AskItem]) -> list[dict | Exception]:
-    self.cache.prefetch([it.question for it in items])
     spaces, where = _group(items)
-    requests = [SearchRequest(graph_index=gi, query=it.question, route="clip", before_clip=it.before_clip)
+    requests = [SearchRequest(graph_index=gi, query=it.question, route=RETRIEVAL_ROUTE, before_clip=it.before_clip)
                 for it, gi in zip(items, where)]
-    results = SpacesSearcher(spaces).search(requests)
+    results = SpacesSearcher(spaces, self.store.embed_fn, self.store.search_config).search(requests)
     return [{"mode": "retrieval_only", "answer": None,
              "note": "no control agent configured: these are the retrieved memories, not an answer",
-             "trajectory": [{"round": 0, "action": "search", "query": it.question, "route": "clip",
+             "trajectory": [{"round": 0, "action": "search", "query": it.question, "route": RETRIEVAL_ROUTE,
                              "retrieved_clips": [int(c) for c in res.clips], "memories": res.memories}]}
             for it, res in zip(items, results)]
 
@@ -105,13 +109,14 @@ class RetrievalAnswerer:
 class ControllerAnswerer:
   """The M3-Agent control loop (a policy + memory search) over the batch's spaces."""
 
-  def __init__(self, policy, max_rounds: int):
+  def __init__(self, policy, max_rounds: int, store: SpaceStore):
     from m3jax.agent.control import ControlConfig
-    self.policy = policy
+    self.policy, self.store = policy, store
     self.control_config = ControlConfig(max_rounds=max_rounds)
 
   @classmethod
-  def from_llm(cls, llm: str, max_new_tokens: int, max_rounds: int, seed: int = 0) -> "ControllerAnswerer":
+  def from_llm(cls, llm: str, max_new_tokens: int, max_rounds: int, store: SpaceStore,
+               seed: int = 0) -> "ControllerAnswerer":
     """With the LLM policy (`m3jax.models.llm.load_llm` name or path) and the reference's control sampling."""
     from m3jax.agent.policy import LLMPolicy
     from m3jax.models.llm import load_llm
@@ -121,7 +126,7 @@ class ControllerAnswerer:
     stop = tuple(tokenizer.encode("<|im_end|>", add_special_tokens=False)[:1])
     sampling = SamplingConfig(max_new_tokens=max_new_tokens, temperature=0.6, top_p=0.95, top_k=20,
                               stop_token_ids=stop, seed=seed)
-    return cls(LLMPolicy(Sampler(model, sampling, tokenizer), tokenizer, sampling), max_rounds)
+    return cls(LLMPolicy(Sampler(model, sampling, tokenizer), tokenizer, sampling), max_rounds, store)
 
   def __call__(self, items: Sequence[AskItem]) -> list[dict | Exception]:
     from m3jax.agent.control import Controller, Question
@@ -129,7 +134,8 @@ class ControllerAnswerer:
     questions = [Question(question_id=str(i), question=it.question, answer="", graph_index=gi,
                           graph_key=it.space.id, before_clip=it.before_clip) for i, (it, gi) in
                  enumerate(zip(items, where))]
-    trajs = Controller(self.policy, SpacesSearcher(spaces), self.control_config).run(questions)
+    searcher = SpacesSearcher(spaces, self.store.embed_fn, self.store.search_config)
+    trajs = Controller(self.policy, searcher, self.control_config).run(questions)
     return [{"mode": "controller", "answer": t.response,
              "trajectory": [{"round": i, "action": r.action, "query": r.content, "route": r.route,
                              "retrieved_clips": list(r.retrieved_clips), "result": r.result_text}

@@ -4,14 +4,18 @@ Every /v1 route needs an API key (`Authorization: Bearer KEY` or `X-API-Key: KEY
 spaces. Errors are JSON `{"error": message}` with a 4xx status naming the problem: 400 malformed JSON, 401 bad
 key, 404 unknown space/job/clip/node, 409 conflicts, 413 too large, 422 invalid fields or unusable media (unknown
 fields and ids beyond int32 included). Every route documents its error statuses in the OpenAPI spec, and
-tests/test_serve_schema.py fuzzes the spec with schemathesis.
+tests/test_serve_schema.py fuzzes the spec with schemathesis. Error messages never show server paths (data dir,
+allowed dirs): a file is named as the client knows it. The API docs at /docs work offline (assets served here).
 """
 
 
 import asyncio
 import contextlib
+import hashlib
 import logging
+import os
 import pathlib
+import re
 import threading
 import time
 import uuid
@@ -19,9 +23,12 @@ from typing import Annotated, Literal
 
 from fastapi import Depends, FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, Response
+from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
+from swagger_ui_bundle import swagger_ui_path
 
 from m3jax.memory.graph import FACE, REFERENCE_TYPE, VOICE
 from m3jax.memory.search import SearchError
@@ -35,6 +42,8 @@ from m3jax.serve.spaces import MAX_CLIP_ID, NAME_RE, Space, SpaceError, SpaceSto
 
 log = logging.getLogger("m3jax.serve")
 VIEWER = pathlib.Path(__file__).with_name("viewer.html")
+DOCS_ASSETS = "/docs-assets"                 # Swagger UI's files, served locally
+_PATH_TAIL = r"[^\s'\",:;)]*"               # the rest of a path inside a message
 VIDEO_SUFFIXES = (".mp4", ".mkv", ".webm", ".mov", ".avi")
 VIDEO_NAME = r"(?i)^[^/]+\.(mp4|mkv|webm|mov|avi)$"           # a file name (not a path) with a video suffix
 MAX_ID = MAX_CLIP_ID                    # clip and node ids are int32 on device: larger ones are refused (422)
@@ -107,6 +116,26 @@ def _embedder(config: ServeConfig):
   return HashedBowEmbedder.from_json(config.embedder)
 
 
+class PathScrubber:
+  """Cuts every path under a server directory (data dir, allowed dirs, the working directory) down to its last
+  component: answers name the file the client knows, never where the server keeps it. A directory named as
+  configured (relative) is matched only with a path below it, so plain words are left alone."""
+
+  def __init__(self, roots: list[str]):
+    absolute = {str(pathlib.Path(r).resolve()) for r in roots if r}
+    relative = {r.rstrip("/") for r in roots if r and not pathlib.Path(r).is_absolute() and r.strip("./")}
+    by_length = lambda forms: enumerate(sorted(forms, key=len, reverse=True))
+    alternatives = [f"{re.escape(f)}(?P<a{i}>/{_PATH_TAIL})?" for i, f in by_length(absolute)]
+    alternatives += [f"{re.escape(f)}(?P<r{i}>/{_PATH_TAIL})" for i, f in by_length(relative)]
+    self._re = re.compile(r"(?<![\w.-])(?:" + "|".join(alternatives) + r")(?![\w.-])")
+
+  def __call__(self, text: str) -> str:
+    def cut(m: re.Match) -> str:
+      tail = next((t for t in m.groupdict().values() if t), "")
+      return pathlib.PurePath(tail).name or "<server dir>"
+    return self._re.sub(cut, text)
+
+
 def _error(status: int, message: str, headers: dict | None = None, **extra) -> JSONResponse:
   return JSONResponse({"error": message, **extra}, status_code=status, headers=headers)
 
@@ -137,15 +166,19 @@ def create_app(config: ServeConfig, keys: KeyRing | None = None, policy=None) ->
     warm.set()
   store = SpaceStore(config.data_dir, config.graph, config.search, cache, config.snapshot_every)
   if policy is not None:
-    answer = ControllerAnswerer(policy, config.max_rounds)
+    answer = ControllerAnswerer(policy, config.max_rounds, store)
   elif config.answerer == "controller":
-    answer = ControllerAnswerer.from_llm(config.llm, config.max_new_tokens, config.max_rounds)
+    answer = ControllerAnswerer.from_llm(config.llm, config.max_new_tokens, config.max_rounds, store)
   else:
-    answer = RetrievalAnswerer(cache)
+    answer = RetrievalAnswerer(store)
   batcher = Batcher(answer, config.max_batch, config.max_wait_ms / 1000)
-  jobs = JobRunner(store, batcher, config.job_yield_ms / 1000)
+  jobs = JobRunner(store, batcher, config.job_yield_ms / 1000, config.memorize_config)
   metrics = Metrics()
   allowed = [pathlib.Path(d).resolve() for d in config.allowed_dirs]
+  scrub = PathScrubber([config.data_dir, *config.allowed_dirs, os.getcwd()])
+
+  def error(status: int, message: str, headers: dict | None = None, **extra) -> JSONResponse:
+    return _error(status, scrub(message), headers, **extra)
 
   @contextlib.asynccontextmanager
   async def lifespan(_app: FastAPI):
@@ -155,37 +188,40 @@ def create_app(config: ServeConfig, keys: KeyRing | None = None, policy=None) ->
     store.snapshot_all()
     store.close()
 
-  app = FastAPI(title="m3jax memory service", version="1", lifespan=lifespan)
+  # WHY not FastAPI's own /docs: it loads Swagger UI from a CDN, a blank page offline; the assets ship in the
+  # swagger-ui-bundle package and are served from here (ReDoc, CDN-only too, is off)
+  app = FastAPI(title="m3jax memory service", version="1", lifespan=lifespan, docs_url=None, redoc_url=None)
+  app.mount(DOCS_ASSETS, StaticFiles(directory=swagger_ui_path), name="docs-assets")
   app.state.store, app.state.batcher, app.state.jobs, app.state.config = store, batcher, jobs, config
   app.add_middleware(BodyLimit, json_limit=config.max_body_kb * 1024, metrics=metrics)
 
   @app.exception_handler(SpaceError)
   async def _space_error(_req, e: SpaceError):
-    return _error(e.status, str(e))
+    return error(e.status, str(e))
 
   @app.exception_handler(HTTPException)            # unknown routes, wrong methods, unparseable bodies
   async def _http_error(_req, e: HTTPException):
-    return _error(e.status_code, str(e.detail), headers=e.headers)
+    return error(e.status_code, str(e.detail), headers=e.headers)
 
   @app.exception_handler(SearchError)
   async def _search_error(_req, e: SearchError):
-    return _error(422, str(e))
+    return error(422, str(e))
 
   @app.exception_handler(RequestValidationError)
   async def _validation(_req, e: RequestValidationError):
     errors = [{"loc": list(err.get("loc", ())), "msg": err.get("msg", ""), "type": err.get("type", "")}
               for err in e.errors()]
     if any(err["type"] == "json_invalid" for err in errors):
-      return _error(400, "malformed JSON body", detail=errors)
+      return error(400, "malformed JSON body", detail=errors)
     if any(err["loc"] == ["body"] and err["type"] == "model_attributes_type" for err in errors):
-      return _error(400, "the body must be a JSON object (send Content-Type: application/json)", detail=errors)
+      return error(400, "the body must be a JSON object (send Content-Type: application/json)", detail=errors)
     where = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in errors)
-    return _error(422, f"invalid request: {where}", detail=errors)
+    return error(422, f"invalid request: {where}", detail=errors)
 
   @app.exception_handler(Exception)
   async def _internal(_req, e: Exception):
     log.exception("internal error")
-    return _error(500, f"internal error ({type(e).__name__})")
+    return error(500, f"internal error ({type(e).__name__})")
 
   # Dependencies are async (no thread-pool hop per request); a space's first load runs in a worker thread.
   async def tenant(authorization: Annotated[str | None, Header()] = None,
@@ -217,6 +253,13 @@ def create_app(config: ServeConfig, keys: KeyRing | None = None, policy=None) ->
   @app.get("/metrics", response_class=PlainTextResponse, responses=_errors())
   def metrics_text() -> str:
     return metrics.render(batcher)
+
+  @app.get("/docs", include_in_schema=False)
+  def docs() -> HTMLResponse:
+    return get_swagger_ui_html(openapi_url=app.openapi_url, title=f"{app.title} - API docs",
+                               swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+                               swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+                               swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png")
 
   @app.get("/", include_in_schema=False)
   def viewer() -> FileResponse:
@@ -315,7 +358,7 @@ def create_app(config: ServeConfig, keys: KeyRing | None = None, policy=None) ->
     uploads = store.space_dir(space.id) / "uploads"
     uploads.mkdir(parents=True, exist_ok=True)
     target = uploads / f"{uuid.uuid4().hex}{suffix}"      # never a client-chosen path
-    size = 0
+    size, digest = 0, hashlib.sha256()
     try:
       with open(target, "wb") as f:
         async for chunk in request.stream():
@@ -323,9 +366,11 @@ def create_app(config: ServeConfig, keys: KeyRing | None = None, policy=None) ->
           if size > limit:
             raise SpaceError(f"upload exceeds the {config.max_upload_mb} MiB limit", 413)
           f.write(chunk)
+          digest.update(chunk)
       if size == 0:
         raise SpaceError("empty upload", 422)
-      return {"job_id": await asyncio.to_thread(jobs.submit, space.tenant, space, target)}
+      return {"job_id": await asyncio.to_thread(jobs.submit, space.tenant, space, target, filename,
+                                                digest.hexdigest())}
     except BaseException:
       target.unlink(missing_ok=True)
       raise
@@ -344,11 +389,12 @@ def create_app(config: ServeConfig, keys: KeyRing | None = None, policy=None) ->
       except OSError as e:                       # a name too long, a loop of links, ...
         raise SpaceError(f"unusable path {body.path[:80]!r}: {e.strerror}", 422) from None
       if found:
-        return {"job_id": jobs.submit(space.tenant, space, full)}
+        return {"job_id": jobs.submit(space.tenant, space, full, body.path)}
     raise SpaceError(f"no file {body.path!r} under the allowed directories", 404)
 
   @app.get("/v1/jobs/{job_id}", responses=_errors(401, 404, 422))
   def job(job_id: str, who: Tenant) -> dict:
-    return store.job_get(who, job_id)
+    out = store.job_get(who, job_id)
+    return {**out, "message": scrub(out["message"])}
 
   return app

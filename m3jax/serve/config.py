@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
+from m3jax.agent.answer import ASK_SEARCH
+from m3jax.agent.memorize import MemorizeConfig, default_graph_config
 from m3jax.memory.graph import GraphConfig
 from m3jax.memory.search import SearchConfig
 
@@ -32,8 +34,16 @@ class ServeConfig:
   job_yield_ms: float = 200.0             # an ingest job waits up to this long for queued questions to drain
   warmup_lengths: tuple[int, ...] = ()    # question token lengths whose embedder shapes (every batch bucket) are
                                           # compiled in the background at start-up; /healthz says `warm` when done
-  graph: GraphConfig = GraphConfig(text_dim=384, mode="paper")
-  search: SearchConfig = SearchConfig(clip_topk=2, node_topk=20, threshold=0.5, backend="exact")
+  # one graph config for every space; video spaces memorize with `memorize` (its writer included) on this graph,
+  # so it is calibrated for the embedded perception models (m3jax.agent.memorize.default_graph_config)
+  graph: GraphConfig = dataclasses.field(default_factory=default_graph_config)
+  memorize: MemorizeConfig = MemorizeConfig()
+  search: SearchConfig = ASK_SEARCH         # the retrieval `m3jax ask` uses (m3jax.agent.answer), not a copy
+
+  @property
+  def memorize_config(self) -> MemorizeConfig:
+    """What ingestion jobs run: `memorize` on the service's `graph`."""
+    return dataclasses.replace(self.memorize, graph=self.graph)
 
   def __post_init__(self):
     if not 0 < self.port < 65536:

@@ -3,7 +3,8 @@
 Layout under `data_dir`:
   meta.sqlite              spaces, clip log (memories + their embeddings), jobs
   spaces/<id>/graph_<seq>  MemoryGraph snapshot holding clip-log rows 1..seq (m3jax.memory.store format)
-  spaces/<id>/memdir/      memorization directory of `video` spaces (m3jax.agent.memorize format)
+  spaces/<id>/memdir/      memorization directory of `video` spaces (m3jax.agent.memorize format: snapshots and
+                           per-clip journals, each clip durable once its job reports it done)
 WHY a clip log: a clip is acknowledged only after its row (texts and embeddings) is committed with
 `synchronous=FULL`, which survives `kill -9` and power loss; snapshots are only a start-up shortcut. A restart
 loads the snapshot named in SQLite and replays the later rows with their stored embeddings, so the rebuilt
@@ -27,9 +28,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from m3jax.memory import journal as journal_lib
 from m3jax.memory.graph import GraphConfig, GraphError, MemoryGraph
-from m3jax.memory.search import MemorySearcher, SearchConfig
-from m3jax.memory.store import GraphFormatError
+from m3jax.memory.search import SearchConfig
+from m3jax.memory.store import GraphFormatError, fsync_tree
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 ID_RE = re.compile(r"^[0-9a-f]{32}$")
@@ -47,6 +49,9 @@ CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, space_id TEXT NOT NULL, te
   source TEXT NOT NULL, status TEXT NOT NULL, clips_done INTEGER NOT NULL DEFAULT 0, clips_total INTEGER NOT NULL DEFAULT 0, message TEXT NOT NULL
   DEFAULT '', created REAL NOT NULL, updated REAL NOT NULL);
 """
+# columns added after the first release (ALTERed into older databases): what the client calls the video (the
+# server path in `source` is never shown) and the SHA-256 of its bytes (one video is ingested once per space)
+_JOB_COLUMNS = {"label": "TEXT NOT NULL DEFAULT ''", "sha256": "TEXT NOT NULL DEFAULT ''"}
 
 
 class SpaceError(ValueError):
@@ -64,7 +69,6 @@ class Space:
   name: str
   kind: str
   graph: MemoryGraph
-  searcher: MemorySearcher
   seq: int                                   # last clip-log row applied to `graph`
   lock: threading.RLock = dataclasses.field(default_factory=threading.RLock)
   deleted: bool = False                      # set under `lock`; a request holding a stale handle sees it
@@ -92,6 +96,10 @@ class SpaceStore:
     self._db.execute("PRAGMA journal_mode=WAL")
     self._db.execute("PRAGMA synchronous=FULL")
     self._db.executescript(_SCHEMA)
+    have = {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
+    for name, decl in _JOB_COLUMNS.items():
+      if name not in have:
+        self._db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {decl}")
     self._db_lock = threading.Lock()
     self._spaces: dict[str, Space] = {}
     self._load_lock = threading.Lock()
@@ -173,7 +181,7 @@ class SpaceStore:
       return None
     tenant, name, kind = rows[0]
     graph, seq = self._read_graph(space_id, kind)
-    space = Space(space_id, tenant, name, kind, graph, MemorySearcher([graph], self.embed_fn, self.search_config), seq)
+    space = Space(space_id, tenant, name, kind, graph, seq)
     self._spaces[space_id] = space
     return space
 
@@ -263,7 +271,7 @@ class SpaceStore:
       d = self.space_dir(space.id)
       old = self._query("SELECT snapshot FROM spaces WHERE id = ?", (space.id,))
       space.graph.save(d / name)
-      _fsync_tree(d / name)                     # the files are on disk before SQLite points at them
+      fsync_tree(d / name)                     # the files are on disk before SQLite points at them
       self._write([("UPDATE spaces SET snapshot = ?, snapshot_seq = ? WHERE id = ?", (name, space.seq, space.id))])
       if old and old[0][0] and old[0][0] != name:
         shutil.rmtree(d / old[0][0], ignore_errors=True)
@@ -281,55 +289,81 @@ class SpaceStore:
     space = self.create(tenant, name, "clips")
     with space.lock:
       graph.save(self.space_dir(space.id) / "graph_import")
-      _fsync_tree(self.space_dir(space.id) / "graph_import")
+      fsync_tree(self.space_dir(space.id) / "graph_import")
       self._write([("UPDATE spaces SET snapshot = ?, snapshot_seq = 0 WHERE id = ?", ("graph_import", space.id))])
     return self.reload(space)
 
+  def import_memory_dir(self, tenant: str, name: str, memory_dir: str | os.PathLike) -> Space:
+    """A new `video` space holding a copy of a memory directory written by `m3jax memorize` (later ingestion
+    jobs append their videos to it)."""
+    from m3jax.agent.memorize import load_memory, read_manifest
+    src = pathlib.Path(memory_dir)
+    if not read_manifest(src):
+      raise SpaceError(f"{memory_dir} is not a memory directory (written by `m3jax memorize VIDEO --memory DIR`)",
+                       422)
+    graph = load_memory(src)                              # refuses a damaged directory before anything is made
+    for dim in ("text_dim", "face_dim", "voice_dim"):       # what the service's embedder and perception produce
+      if getattr(graph.config, dim) != getattr(self.graph_config, dim):
+        raise SpaceError(f"{memory_dir} has graph {dim}={getattr(graph.config, dim)}; the service's graph has "
+                         f"{dim}={getattr(self.graph_config, dim)}", 422)
+    space = self.create(tenant, name, "video")
+    with space.lock:
+      memdir = self.space_dir(space.id) / "memdir"
+      shutil.copytree(src, memdir, ignore=shutil.ignore_patterns("*.tmp"))
+      fsync_tree(memdir)
+    return self.reload(space)
+
   def replace_graph(self, space: Space, graph: MemoryGraph) -> None:
-    """Swaps in a new graph (ingestion jobs publish each memorized clip this way)."""
+    """Swaps in a new graph (a reload from disk)."""
     with space.lock:
       space.graph = graph
-      space.searcher = MemorySearcher([graph], self.embed_fn, self.search_config)
+
+  def apply_journal(self, space: Space, records: list) -> None:
+    """Replays one memorized clip's graph insertions on the space's searchable graph (O(clip), under its lock:
+    questions see the clip whole or not at all)."""
+    with space.lock:
+      journal_lib.replay(space.graph, records)
 
   # ------------------------------------------------------------------------------------------------ jobs
-  def job_insert(self, job_id: str, space_id: str, tenant: str, source: str) -> None:
+  def job_insert(self, job_id: str, space_id: str, tenant: str, source: str, label: str, sha256: str) -> None:
+    """Queues a job, unless the space already has (or is ingesting) a video with these bytes: 409 naming that
+    job. Checked and inserted in one transaction, so two concurrent uploads of one video cannot both pass."""
     now = time.time()
-    self._write([("INSERT INTO jobs (id, space_id, tenant, source, status, created, updated) VALUES "
-                  "(?, ?, ?, ?, 'queued', ?, ?)", (job_id, space_id, tenant, source, now, now))])
+    with self._db_lock:
+      self._db.execute("BEGIN IMMEDIATE")
+      try:
+        dup = self._db.execute("SELECT id, label FROM jobs WHERE space_id = ? AND sha256 = ? AND status IN "
+                               "('queued', 'running', 'done')", (space_id, sha256)).fetchone()
+        if dup is None:
+          self._db.execute("INSERT INTO jobs (id, space_id, tenant, source, status, created, updated, label, sha256) "
+                           "VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?)",
+                           (job_id, space_id, tenant, source, now, now, label, sha256))
+        self._db.execute("COMMIT")
+      except BaseException:
+        self._db.execute("ROLLBACK")
+        raise
+    if dup is not None:
+      raise SpaceError(f"this video ({label!r}, sha256 {sha256[:12]}...) is already ingested into space {space_id} "
+                       f"by job {dup[0]} ({dup[1]!r}); its memories are not added twice", 409)
 
   def job_update(self, job_id: str, status: str, clips_done: int, clips_total: int, message: str = "") -> None:
     self._write([("UPDATE jobs SET status = ?, clips_done = ?, clips_total = ?, message = ?, updated = ? WHERE "
                   "id = ?", (status, clips_done, clips_total, message, time.time(), job_id))])
 
   def job_get(self, tenant: str, job_id: str) -> dict:
-    rows = self._query("SELECT id, space_id, source, status, clips_done, clips_total, message, created, updated "
+    rows = self._query("SELECT id, space_id, label, status, clips_done, clips_total, message, created, updated "
                        "FROM jobs WHERE id = ? AND tenant = ?", (job_id, tenant))
     if not rows:
       raise SpaceError(f"unknown job {job_id!r}", 404)
     keys = ("id", "space_id", "source", "status", "clips_done", "clips_total", "message", "created", "updated")
     return dict(zip(keys, rows[0]))
 
-  def jobs_unfinished(self) -> list[tuple[str, str, str, str]]:
-    return self._query("SELECT id, space_id, tenant, source FROM jobs WHERE status IN ('queued', 'running') "
+  def jobs_unfinished(self) -> list[tuple[str, str, str, str, str]]:
+    """(id, space_id, tenant, source, label) of the jobs to resume, oldest first."""
+    return self._query("SELECT id, space_id, tenant, source, label FROM jobs WHERE status IN ('queued', 'running') "
                        "ORDER BY created")
 
   def close(self) -> None:
     with self._db_lock:
       self._db.close()
 
-
-def _fsync_tree(root: pathlib.Path) -> None:
-  """fsyncs every file under `root`, then the directories (power-loss durability of a snapshot)."""
-  dirs = [root, root.parent]
-  for path in root.rglob("*"):
-    if path.is_dir():
-      dirs.append(path)
-      continue
-    with open(path, "rb") as f:
-      os.fsync(f.fileno())
-  for d in dirs:
-    fd = os.open(d, os.O_RDONLY)
-    try:
-      os.fsync(fd)
-    finally:
-      os.close(fd)
