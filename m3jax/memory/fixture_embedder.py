@@ -45,9 +45,10 @@ class HashedBowEmbedder:
     self._token_cache: dict[str, tuple[int, float]] = {}
 
   @classmethod
-  def builtin(cls) -> "HashedBowEmbedder":
-    """The fixture graphs' embedder from the constants above (no spec file needed)."""
-    return cls(STOPWORDS, NEGATIONS, DIMENSION)
+  def builtin(cls, dim: int = DIMENSION) -> "HashedBowEmbedder":
+    """The fixture graphs' embedder from the constants above (no spec file needed). Another `dim` keeps its
+    tokens, stopwords and negations for a graph of that text width (the service's `embedder="hashed"`)."""
+    return cls(STOPWORDS, NEGATIONS, dim)
 
   @classmethod
   def from_json(cls, path: str | pathlib.Path) -> "HashedBowEmbedder":

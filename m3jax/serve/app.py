@@ -112,7 +112,7 @@ def _embedder(config: ServeConfig):
     return TextEmbedder.from_pretrained()
   from m3jax.memory.fixture_embedder import HashedBowEmbedder
   if config.embedder == "hashed":
-    return HashedBowEmbedder(stopwords=(), negations=(), dim=config.graph.text_dim)
+    return HashedBowEmbedder.builtin(dim=config.graph.text_dim)
   return HashedBowEmbedder.from_json(config.embedder)
 
 
