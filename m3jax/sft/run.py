@@ -11,6 +11,7 @@ import dataclasses
 import pathlib
 
 from m3jax.data.episodes import EpisodeConfig
+from m3jax.distributed import DistributedConfig, global_mesh
 from m3jax.models.decoder import DecoderConfig
 from m3jax.models.omni.audio import AudioConfig
 from m3jax.models.omni.placeholders import SpecialTokens
@@ -78,6 +79,10 @@ class SFTConfig:
   init_seed: int = 0
   train: TrainConfig = TrainConfig()
   progress: bool = True
+  # (data, fsdp, tensor) over every process's devices: the batch rows are sharded over data x fsdp and each
+  # process feeds its rows; None = one device (a single process only)
+  mesh: tuple[int, int, int] | None = None
+  distributed: DistributedConfig = DistributedConfig()  # multi-process start-up (m3jax.distributed)
 
 
 def _prompt(cfg: SFTConfig) -> str:
@@ -118,7 +123,18 @@ def build(cfg: SFTConfig) -> Trainer:
       eval_cache.extend(evals[i] for i in range(len(evals)))
     return eval_cache
 
-  return Trainer(model, cfg.train, cfg.out_dir, lambda k: train[k], eval_batches, progress=cfg.progress)
+  return Trainer(model, cfg.train, cfg.out_dir, lambda k: train[k], eval_batches, progress=cfg.progress,
+                 mesh=_mesh(cfg))
+
+
+def _mesh(cfg: SFTConfig):
+  import jax
+  if cfg.mesh is None:
+    if jax.process_count() > 1:
+      raise ValueError(f"{jax.process_count()} processes joined: set mesh=(data, fsdp, tensor) over their "
+                       f"{jax.device_count()} devices")
+    return None
+  return global_mesh(*cfg.mesh)
 
 
 class _PlainEncoder:
