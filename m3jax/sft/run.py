@@ -111,7 +111,7 @@ def build(cfg: SFTConfig) -> Trainer:
   work = pathlib.Path(cfg.data_dir)
   sources = {"train": sft_data.episode_source(cfg.train_seeds, work / "episodes", cfg.episode),
              "eval": sft_data.episode_source(cfg.eval_seeds, work / "episodes", cfg.episode)}
-  splits = sft_data.prepare(work / "tfds", sources)
+  splits = _prepare_once(work / "tfds", sources)
   spec = sft_data.BatchSpec(cfg.batch, cfg.length_buckets)
   prompt = _prompt(cfg)
   train = sft_data.batches(splits["train"], tcfg, prompt, tok, chat, cfg.processor, spec, seed=cfg.data_seed)
@@ -125,6 +125,18 @@ def build(cfg: SFTConfig) -> Trainer:
 
   return Trainer(model, cfg.train, cfg.out_dir, lambda k: train[k], eval_batches, progress=cfg.progress,
                  mesh=_mesh(cfg))
+
+
+def _prepare_once(tfds_dir: pathlib.Path, sources) -> dict:
+  """Process 0 builds the dataset, the others then open it (data_dir is shared storage on a pod, and two
+  builders writing the same files would race); every process then builds each global batch and feeds its rows."""
+  import jax
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils
+    if jax.process_index() == 0:
+      sft_data.prepare(tfds_dir, sources)
+    multihost_utils.sync_global_devices("sft dataset prepared")
+  return sft_data.prepare(tfds_dir, sources)
 
 
 def _mesh(cfg: SFTConfig):
