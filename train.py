@@ -5,6 +5,9 @@ missing config file, an unknown or invalid field) is one `train.py: error: ...` 
 
   python train.py rl --config configs/rl_tiny.py       # DAPO on the controller's trajectories (m3jax.rl)
   python train.py sft --config configs/sft_tiny.py     # SFT of the Omni memorization model (m3jax.sft)
+
+On a pod every process runs the same command with `--set distributed.enabled=true` plus the coordinator
+settings (or the M3JAX_* variables / `distributed.auto=true`, see m3jax.distributed).
 """
 
 from __future__ import annotations
@@ -19,14 +22,22 @@ from m3jax.errors import run_cli
 from m3jax.host_memory import retain_freed_memory
 
 
+def _load(args):
+  """The program's config, with the distributed runtime joined (before any JAX computation) when it asks."""
+  from m3jax.distributed import initialize
+  cfg = load_config(args.config, args.overrides)
+  initialize(cfg.distributed)
+  return cfg
+
+
 def _rl(args) -> dict:
   from m3jax.rl.program import main
-  return main(load_config(args.config, args.overrides))
+  return main(_load(args))
 
 
 def _sft(args) -> dict:
   from m3jax.sft.run import main
-  history = main(load_config(args.config, args.overrides))
+  history = main(_load(args))
   return history[-1] if history else {}
 
 
@@ -50,7 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     programs[args.program].error(f"--config is required, e.g. --config {example}")
   retain_freed_memory()
   summary = run(args)
-  print(json.dumps(summary, default=float))
+  import jax
+  if jax.process_index() == 0:
+    print(json.dumps(summary, default=float))
   return 0
 
 

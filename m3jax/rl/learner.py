@@ -27,6 +27,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from m3jax import parallel
+from m3jax.distributed import put_global, to_host
 from m3jax.models.decoder import Decoder, logical_axes
 from m3jax.rl import logprobs as lp_lib
 from m3jax.rl import losses
@@ -99,6 +100,8 @@ class Learner:
     if cfg.loss.kl_coef > 0 and ref_model is None:
       raise LearnerConfigError("loss.kl_coef > 0 needs a frozen ref_model")
     self.graphdef, params, self.rest = nnx.split(model, nnx.Param, ...)
+    if mesh is not None:  # global (multi-process) arrays throughout: non-parameter state replicated
+      self.rest = jax.tree.map(lambda x: put_global(x, parallel.replicated(mesh)), self.rest)
     self._logical = logical_axes(model)
     self.params = self._shard(params)
     self.ref_params = None if ref_model is None else self._shard(nnx.state(ref_model, nnx.Param))
@@ -120,7 +123,7 @@ class Learner:
     mask = batch.get("mask", np.ones(batch["tokens"].shape, np.float32))
     logp, ent = _logprobs_fn(self.graphdef, self.cfg, self.rest, params, tokens, lengths, self._put(mask[idx]))
     out = np.empty((n, batch["tokens"].shape[1]), np.float32), np.empty((n, batch["tokens"].shape[1]), np.float32)
-    out[0][idx], out[1][idx] = np.asarray(logp), np.asarray(ent)
+    out[0][idx], out[1][idx] = to_host(logp), to_host(ent)
     return out
 
   def update(self, batch: Batch, seed: int) -> list[dict[str, float]]:
@@ -178,15 +181,16 @@ class Learner:
     """Places every parameter on the mesh by its `logical` axis names (no-op without a mesh)."""
     if self.mesh is None:  # committed to one device, so restored and fresh arrays hit the same compilation
       return jax.device_put(params, jax.devices()[0])
-    place = lambda v, names: v.replace(jax.device_put(v.get_value(), parallel.named_sharding(
+    place = lambda v, names: v.replace(put_global(v.get_value(), parallel.named_sharding(
         self.mesh, names, v.get_value().shape)))
     return jax.tree.map(place, params, self._logical, is_leaf=lambda x: isinstance(x, nnx.Variable))
 
   def _put(self, x: np.ndarray) -> jax.Array:
+    """[A, M, ...] host rows -> a global array, M sharded over data×fsdp; each process feeds only its rows."""
     if self.mesh is None:
       return jax.device_put(x, jax.devices()[0])
     spec = P(None, ("data", "fsdp"), *([None] * (x.ndim - 2)))
-    return jax.device_put(x, NamedSharding(self.mesh, spec))
+    return put_global(x, NamedSharding(self.mesh, spec))
 
   def _check(self, batch: Batch) -> int:
     needed = {"tokens", "lengths", "mask", "advantages", "old_logp"} | (

@@ -19,6 +19,7 @@ import grain
 import numpy as np
 
 from m3jax import checkpoint
+from m3jax.distributed import DistributedConfig
 from m3jax.agent.control import ControlConfig, Controller, Question
 from m3jax.agent.judges import JUDGES, HTTPJudgeConfig, JudgeItem, make_judge
 from m3jax.agent.prompts import END_OF_TURN
@@ -86,6 +87,7 @@ class RLConfig:
   seed: int = 1
   out_dir: str = "runs/rl"
   save_every: int = 1
+  distributed: DistributedConfig = DistributedConfig()  # multi-process start-up (m3jax.distributed)
 
   def __post_init__(self):
     if self.advantage not in ("grpo", "taura"):
@@ -105,6 +107,10 @@ class RLProgram:
     from m3jax.eval import make_embedder
     from m3jax.memory.search import MemorySearcher, SearchConfig
 
+    import jax
+    if jax.process_count() > 1:  # the learner runs on a global mesh (Learner(mesh=...)); the rollouts do not yet
+      raise ValueError(f"train.py rl runs its rollouts in one process; {jax.process_count()} processes joined "
+                       "(multi-process RL rollouts are not implemented)")
     self.cfg = cfg
     self.model, self.tokenizer = _load_model(cfg)
     # the frozen initial policy (before any warm start) for the KL term

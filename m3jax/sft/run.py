@@ -11,6 +11,7 @@ import dataclasses
 import pathlib
 
 from m3jax.data.episodes import EpisodeConfig
+from m3jax.distributed import DistributedConfig, global_mesh
 from m3jax.models.decoder import DecoderConfig
 from m3jax.models.omni.audio import AudioConfig
 from m3jax.models.omni.placeholders import SpecialTokens
@@ -78,6 +79,10 @@ class SFTConfig:
   init_seed: int = 0
   train: TrainConfig = TrainConfig()
   progress: bool = True
+  # (data, fsdp, tensor) over every process's devices: the batch rows are sharded over data x fsdp and each
+  # process feeds its rows; None = one device (a single process only)
+  mesh: tuple[int, int, int] | None = None
+  distributed: DistributedConfig = DistributedConfig()  # multi-process start-up (m3jax.distributed)
 
 
 def _prompt(cfg: SFTConfig) -> str:
@@ -106,7 +111,7 @@ def build(cfg: SFTConfig) -> Trainer:
   work = pathlib.Path(cfg.data_dir)
   sources = {"train": sft_data.episode_source(cfg.train_seeds, work / "episodes", cfg.episode),
              "eval": sft_data.episode_source(cfg.eval_seeds, work / "episodes", cfg.episode)}
-  splits = sft_data.prepare(work / "tfds", sources)
+  splits = _prepare_once(work / "tfds", sources)
   spec = sft_data.BatchSpec(cfg.batch, cfg.length_buckets)
   prompt = _prompt(cfg)
   train = sft_data.batches(splits["train"], tcfg, prompt, tok, chat, cfg.processor, spec, seed=cfg.data_seed)
@@ -118,7 +123,30 @@ def build(cfg: SFTConfig) -> Trainer:
       eval_cache.extend(evals[i] for i in range(len(evals)))
     return eval_cache
 
-  return Trainer(model, cfg.train, cfg.out_dir, lambda k: train[k], eval_batches, progress=cfg.progress)
+  return Trainer(model, cfg.train, cfg.out_dir, lambda k: train[k], eval_batches, progress=cfg.progress,
+                 mesh=_mesh(cfg))
+
+
+def _prepare_once(tfds_dir: pathlib.Path, sources) -> dict:
+  """Process 0 builds the dataset, the others then open it (data_dir is shared storage on a pod, and two
+  builders writing the same files would race); every process then builds each global batch and feeds its rows."""
+  import jax
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils
+    if jax.process_index() == 0:
+      sft_data.prepare(tfds_dir, sources)
+    multihost_utils.sync_global_devices("sft dataset prepared")
+  return sft_data.prepare(tfds_dir, sources)
+
+
+def _mesh(cfg: SFTConfig):
+  import jax
+  if cfg.mesh is None:
+    if jax.process_count() > 1:
+      raise ValueError(f"{jax.process_count()} processes joined: set mesh=(data, fsdp, tensor) over their "
+                       f"{jax.device_count()} devices")
+    return None
+  return global_mesh(*cfg.mesh)
 
 
 class _PlainEncoder:

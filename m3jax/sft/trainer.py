@@ -20,7 +20,9 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from m3jax.distributed import put_global
 from m3jax.models.omni.thinker import Thinker
 from m3jax.sft.example import Batch
 from m3jax.sft.loss import thinker_loss
@@ -81,11 +83,31 @@ def _eval(graphdef: nnx.GraphDef, params: nnx.State, rest: nnx.State, batch: Bat
   return thinker_loss(nnx.merge(graphdef, params, rest), batch.inputs, batch.labels, batch.weights, chunk)
 
 
-def _mean_nll(graphdef, params, rest, batches: Iterable[Batch], chunk: int) -> float:
+def place_batch(batch: Batch, mesh: Mesh | None) -> Batch:
+  """The host batch as global arrays on `mesh`: the token rows sharded over data x fsdp (each process feeds
+  its own rows with `jax.make_array_from_process_local_data`), the packed media and their plans replicated
+  (they are packed across rows). Rows that do not divide over data x fsdp stay replicated. No mesh: as is."""
+  if mesh is None:
+    return batch
+  shards = mesh.shape["data"] * mesh.shape["fsdp"]
+  split = batch.labels.shape[0] % shards == 0
+  rows = NamedSharding(mesh, P(("data", "fsdp")) if split else P())
+  rows3 = NamedSharding(mesh, P(None, ("data", "fsdp")) if split else P())
+  rep = NamedSharding(mesh, P())
+  inp = batch.inputs
+  inputs = inp.replace(input_ids=put_global(inp.input_ids, rows), lengths=put_global(inp.lengths, rows),
+                       positions=put_global(inp.positions, rows3), rope_deltas=put_global(inp.rope_deltas, rows),
+                       pixel_values=jax.tree.map(lambda x: put_global(x, rep), inp.pixel_values),
+                       audio_features=jax.tree.map(lambda x: put_global(x, rep), inp.audio_features),
+                       plans=jax.tree.map(lambda x: put_global(x, rep), inp.plans))
+  return Batch(inputs, put_global(batch.labels, rows), put_global(batch.weights, rows))
+
+
+def _mean_nll(graphdef, params, rest, batches: Iterable[Batch], chunk: int, place=lambda b: b) -> float:
   """Mean NLL per target token over all batches."""
   total = count = 0.0
   for b in batches:
-    t, c = _eval(graphdef, params, rest, b, chunk)
+    t, c = _eval(graphdef, params, rest, place(b), chunk)
     total, count = total + float(t), count + float(c)
   return total / max(count, 1.0)
 
@@ -96,11 +118,15 @@ class Trainer:
 
   def __init__(self, model: Thinker, cfg: TrainConfig, out_dir: str | pathlib.Path,
                train_batch: Callable[[int], Batch], eval_batches: Callable[[], Sequence[Batch]],
-               progress: bool = True):
-    self.model, self.cfg = model, cfg
+               progress: bool = True, mesh: Mesh | None = None):
+    self.model, self.cfg, self.mesh = model, cfg, mesh
     self.out = pathlib.Path(out_dir)
     self.out.mkdir(parents=True, exist_ok=True)
     self.graphdef, self.params, self.rest = nnx.split(model, nnx.Param, ...)
+    if mesh is not None:  # replicated parameters (data parallel); the batch rows are sharded (place_batch)
+      rep = NamedSharding(mesh, P())
+      self.params, self.rest = jax.tree.map(lambda x: put_global(x, rep), (self.params, self.rest))
+    self.lead = jax.process_index() == 0  # the one process that writes logs and plots
     self.opt_state = make_optimizer(cfg).init(self.params)
     self.train_batch, self.eval_batches = train_batch, eval_batches
     self.progress = progress
@@ -122,7 +148,8 @@ class Trainer:
     self.step = int(last)
 
   def _eval_loss(self) -> float:
-    return _mean_nll(self.graphdef, self.params, self.rest, self.eval_batches(), self.cfg.loss_chunk)
+    return _mean_nll(self.graphdef, self.params, self.rest, self.eval_batches(), self.cfg.loss_chunk,
+                     lambda b: place_batch(b, self.mesh))
 
   def _state(self) -> dict:
     return {"model": self.params, "opt": self.opt_state}
@@ -132,6 +159,8 @@ class Trainer:
     self.ckpt.wait_until_finished()
 
   def _log(self, record: dict) -> None:
+    if not self.lead:
+      return
     with open(self.out / "metrics.jsonl", "a") as fh:
       fh.write(json.dumps(record) + "\n")
     if self._tb is not None:
@@ -145,7 +174,7 @@ class Trainer:
     acc, tokens = None, 0
     for k in range(self.cfg.accum):
       batch = self.train_batch(self.step * self.cfg.accum + k)
-      out = _grads(self.graphdef, self.params, self.rest, batch, self.cfg.loss_chunk)
+      out = _grads(self.graphdef, self.params, self.rest, place_batch(batch, self.mesh), self.cfg.loss_chunk)
       acc = out if acc is None else _accumulate(acc, *out)
       tokens += int(np.sum(batch.inputs.lengths))
     total, count, grads = acc
@@ -159,13 +188,13 @@ class Trainer:
     """Trains to cfg.steps (from the restored step). `kill_after`: stop after that many steps (resume tests)."""
     from tensorboardX import SummaryWriter
     from tqdm import tqdm
-    self._tb = SummaryWriter(str(self.out / "tensorboard"))
+    self._tb = SummaryWriter(str(self.out / "tensorboard")) if self.lead else None
     history: list[dict] = []
     if self.step == 0:
       rec = {"kind": "eval", "step": 0, "loss": self._eval_loss()}
       self._log(rec)
       history.append(rec)
-    bar = tqdm(total=self.cfg.steps, initial=self.step, disable=not self.progress, desc="sft")
+    bar = tqdm(total=self.cfg.steps, initial=self.step, disable=not (self.progress and self.lead), desc="sft")
     done = 0
     try:  # the step donates the parameter buffers; the module gets the live ones back however the loop ends
       while self.step < self.cfg.steps and (kill_after is None or done < kill_after):
@@ -184,8 +213,9 @@ class Trainer:
     finally:
       nnx.update(self.model, self.params)
     bar.close()
-    self._tb.close()
-    plot_curve(self.out / "metrics.jsonl", self.out / "loss.png")
+    if self.lead:
+      self._tb.close()
+      plot_curve(self.out / "metrics.jsonl", self.out / "loss.png")
     return history
 
 
