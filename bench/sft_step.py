@@ -23,7 +23,7 @@ from competitors import require  # bench/competitors.py (bench/ leads sys.path)
 
 
 def _example(i: int):
-  from m3jax.sft.example import MemoryExample
+  from m3jax.models.omni.chat import MemoryExample
   rng = np.random.default_rng(i)
   frames = rng.integers(0, 256, (8, 112, 112, 3), dtype=np.uint8)
   audio = (0.1 * rng.standard_normal(16000 * 8)).astype(np.float32)
@@ -74,7 +74,7 @@ def main() -> None:
   from m3jax.host_memory import retain_freed_memory
   from m3jax.models.omni.processor import ProcessorConfig
   from m3jax.models.omni.weights import thinker_from_tensors
-  from m3jax.sft.example import ByteTokenizer, collate, encode_example
+  from m3jax.models.omni.chat import ByteTokenizer, collate, encode_example
   from m3jax.sft.run import TinyThinker
   from m3jax.sft.trainer import TrainConfig, _apply, _grads, make_optimizer
   from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import Qwen2_5OmniThinkerForConditionalGeneration

@@ -30,7 +30,7 @@ from m3jax import distributed  # noqa: E402
 
 def _sft_batch():
   from m3jax.models.omni.processor import ProcessorConfig
-  from m3jax.sft.example import ByteTokenizer, MemoryExample, collate, encode_example
+  from m3jax.models.omni.chat import ByteTokenizer, MemoryExample, collate, encode_example
   from m3jax.sft.run import TinyThinker
   tiny = TinyThinker(hidden=32, layers=1, heads=2, kv_heads=1, vision_hidden=16, vision_depth=1, audio_hidden=16,
                      audio_layers=1)

@@ -18,7 +18,7 @@ from m3jax.models.omni.generate import generate
 from m3jax.models.omni.processor import ProcessorConfig
 from m3jax.models.omni.thinker import Thinker
 from m3jax.models.sampling import SamplingConfig
-from m3jax.sft.example import ByteTokenizer, MemoryExample, collate, encode_example
+from m3jax.models.omni.chat import ByteTokenizer, MemoryExample, collate, encode_example
 from m3jax.sft.loss import thinker_loss
 from m3jax.sft.run import TinyThinker
 

@@ -12,8 +12,8 @@ from m3jax.models.omni.generate import generate
 from m3jax.models.omni.processor import ProcessorConfig
 from m3jax.models.omni.thinker import Thinker
 from m3jax.models.sampling import SamplingConfig
-from m3jax.sft.example import ByteTokenizer, MemoryExample, collate, encode_example
-from m3jax.sft.omni_writer import ClipMedia, OmniWriter
+from m3jax.models.omni.chat import ByteTokenizer, MemoryExample, collate, encode_example
+from m3jax.agent.omni_writer import ClipMedia, OmniWriter
 from m3jax.sft.run import TinyThinker
 
 PROC = ProcessorConfig(video_min_pixels=28 * 28, video_max_pixels=56 * 56, image_min_pixels=28 * 28,

@@ -12,7 +12,7 @@ from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLIm
 from m3jax.models.omni.placeholders import SpecialTokens, video_ids
 from m3jax.models.omni.processor import (MediaInputError, ProcessorConfig, process_audio, process_image,
                                          process_video, sample_frame_indices, smart_resize)
-from m3jax.perception.logmel import pad_or_trim
+from m3jax.models.logmel import pad_or_trim
 
 from parity import LOG_SPECTRUM_FLOOR, assert_close_to_reference, assert_close_to_scale
 

@@ -9,7 +9,7 @@ import pytest
 
 from m3jax.models.omni.processor import ProcessorConfig
 from m3jax.sft import data as sft_data
-from m3jax.sft.example import ByteTokenizer, MemoryExample, encode_example
+from m3jax.models.omni.chat import ByteTokenizer, MemoryExample, encode_example
 from m3jax.sft.run import TinyThinker
 from m3jax.sft.trainer import TrainConfig, Trainer
 

@@ -20,7 +20,7 @@ from m3jax.agent.writers import make_writer
 from m3jax.data.episode_render import render_episode
 from m3jax.data.episodes import EpisodeConfig, make_episode
 from m3jax.models.omni.processor import ProcessorConfig
-from m3jax.sft.omni_writer import OmniWriter
+from m3jax.agent.omni_writer import OmniWriter
 
 SPECIAL = ["<|im_start|>", "<|im_end|>", "<|IMAGE|>", "<|VIDEO|>", "<|AUDIO|>", "<|vision_bos|>", "<|vision_eos|>",
            "<|audio_bos|>", "<|audio_eos|>"]  # ids 256.. after the 256 byte tokens

@@ -17,7 +17,7 @@ from m3jax.models.weights.whisper_weights import WhisperWeightsError, load_whisp
 from m3jax.models.whisper import sinusoids
 from m3jax.perception.asr import ENGLISH_PROMPT, Transcriber, shipped_model_dir
 from m3jax.perception.audio import AudioInputError
-from m3jax.perception.logmel import log_mel_spectrogram, mel_filters, pad_or_trim
+from m3jax.models.logmel import log_mel_spectrogram, mel_filters, pad_or_trim
 
 from parity import LOG_SPECTRUM_FLOOR, assert_close_to_reference, torch_f32_f64
 

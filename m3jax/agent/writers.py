@@ -270,7 +270,7 @@ def make_writer(kind: str, complete: Callable[[list[list[Message]]], list[str]] 
                 omni_model: str | None = None, llm: str | None = None, **omni_options: Any) -> MemoryWriter:
   """Writer by name: "template", "llm" (on `complete`, or else on the local LLM `llm` through `writer_chat`) or
   "omni" (which needs `omni_model`, a local Hugging Face Qwen2.5-Omni / M3-Agent-Memorization directory;
-  `omni_options` go to `m3jax.sft.omni_writer.load_omni_writer`, e.g. processor, attention_chunk,
+  `omni_options` go to `m3jax.agent.omni_writer.load_omni_writer`, e.g. processor, attention_chunk,
   max_new_tokens)."""
   if kind == "template":
     return TemplateWriter()
@@ -282,6 +282,6 @@ def make_writer(kind: str, complete: Callable[[list[list[Message]]], list[str]] 
     if not omni_model:
       raise ValueError("the omni writer needs a local Hugging Face Qwen2.5-Omni / M3-Agent-Memorization directory "
                        "(--omni-model DIR, or omni_model=DIR in the memorize config)")
-    from m3jax.sft.omni_writer import load_omni_writer  # imports the thinker: only when asked for
+    from m3jax.agent.omni_writer import load_omni_writer  # imports the thinker: only when asked for
     return load_omni_writer(omni_model, **omni_options)
   raise ValueError(f"unknown memory writer {kind!r} (known: template, llm, omni)")

@@ -24,7 +24,7 @@ from m3jax.models.weights.whisper_weights import load_whisper
 from m3jax.models.whisper import Whisper, WhisperCache, cache_logical_axes
 from m3jax.parallel import named_sharding
 from m3jax.perception.audio import check_audio
-from m3jax.perception.logmel import N_SAMPLES, log_mel_padded, pad_or_trim
+from m3jax.models.logmel import N_SAMPLES, log_mel_padded, pad_or_trim
 
 # English-only prompt: <|startoftranscript|> <|notimestamps|> (tiny.en / base.en / ... vocabularies).
 ENGLISH_PROMPT = (50257, 50362)

@@ -23,7 +23,7 @@ from PIL import Image
 from m3jax.data.episodes import EpisodeConfig, make_episode, render_gold
 from m3jax.models.omni.processor import ProcessorConfig, sample_frame_indices
 from m3jax.models.omni.thinker import ThinkerConfig
-from m3jax.sft.example import Batch, ChatTokens, EncodedExample, MemoryExample, TextTokenizer, collate, encode_example
+from m3jax.models.omni.chat import Batch, ChatTokens, EncodedExample, MemoryExample, TextTokenizer, collate, encode_example
 
 Source = Callable[[], Iterator[tuple[str, MemoryExample]]]
 

@@ -20,7 +20,7 @@ from m3jax.models.omni.rope import RopeIndexConfig
 from m3jax.models.omni.thinker import Thinker, ThinkerConfig
 from m3jax.models.omni.vision import VisionConfig
 from m3jax.sft import data as sft_data
-from m3jax.sft.example import ByteTokenizer, ChatTokens
+from m3jax.models.omni.chat import ByteTokenizer, ChatTokens
 from m3jax.sft.trainer import TrainConfig, Trainer
 
 

@@ -24,7 +24,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from m3jax.distributed import put_global
 from m3jax.models.omni.thinker import Thinker
-from m3jax.sft.example import Batch
+from m3jax.models.omni.chat import Batch
 from m3jax.sft.loss import thinker_loss
 
 

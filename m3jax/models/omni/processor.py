@@ -7,7 +7,7 @@
   indices, the frame size bounded per frame and by a whole-video pixel budget, resized with torchvision's
   antialiased bicubic on uint8 (`resize_frames`, bit-exact), the frame count padded to a multiple of 2 with the
   last frame; `second_per_grid` = 2 / fps (the processor is not told the real sampling rate).
-* Audio: 16 kHz mono, cut to 30 s, 128-bin Whisper log-mels (m3jax.perception.logmel); the real frames
+* Audio: 16 kHz mono, cut to 30 s, 128-bin Whisper log-mels (m3jax.models.logmel); the real frames
   (ceil(samples / 160)) are kept, which is what the processor's `feature_attention_mask` selects.
 All numpy/PIL/PyAV on the host: these outputs feed `ThinkerInputs.build`.
 """
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
-from m3jax.perception.logmel import HOP, N_SAMPLES, log_mel_spectrogram
+from m3jax.models.logmel import HOP, N_SAMPLES, log_mel_spectrogram
 
 OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)

@@ -30,7 +30,7 @@ from m3jax.models.omni.generate import generate
 from m3jax.models.omni.processor import MediaInputError, ProcessorConfig, sample_frame_indices
 from m3jax.models.omni.thinker import Thinker
 from m3jax.models.sampling import SamplingConfig
-from m3jax.sft.example import ChatTokens, MemoryExample, TextTokenizer, collate, encode_example
+from m3jax.models.omni.chat import ChatTokens, MemoryExample, TextTokenizer, collate, encode_example
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,60 @@
+"""Imports flow one way: models and memory at the bottom, then perception and data, then the agent, then the
+programs (rl, sft, serve, eval), then the CLI. An upward import (agent/writers.py -> sft/omni_writer.py was one)
+ties a low layer to everything above it and makes circles possible; this test names each one it finds."""
+
+import ast
+import pathlib
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "m3jax"
+
+# m3jax.<first component> -> layer; a module may import from its own layer or any lower one.
+LAYERS = {
+    "models": 0, "memory": 0, "parallel": 0, "config": 0, "errors": 0, "host_memory": 0, "checkpoint": 0,
+    "distributed": 0,
+    "perception": 1, "data": 1,
+    "agent": 2,
+    "rl": 3, "sft": 3, "serve": 3, "eval": 3, "eval_report": 3,
+    "cli": 4,
+}
+
+
+def _layer(module: str) -> int | None:
+  parts = module.split(".")
+  return LAYERS.get(parts[1]) if len(parts) > 1 and parts[0] == "m3jax" else None
+
+
+def _imports(tree: ast.AST):
+  for node in ast.walk(tree):
+    if isinstance(node, ast.ImportFrom) and node.module:
+      yield node.lineno, node.module
+    elif isinstance(node, ast.Import):
+      for alias in node.names:
+        yield node.lineno, alias.name
+
+
+def upward_imports(package: pathlib.Path = PACKAGE) -> list[str]:
+  bad = []
+  for path in sorted(package.rglob("*.py")):
+    module = ".".join(("m3jax",) + path.relative_to(package).with_suffix("").parts)
+    own = _layer(module)
+    for lineno, target in _imports(ast.parse(path.read_text(), str(path))):
+      other = _layer(target)
+      if own is not None and other is not None and other > own:
+        bad.append(f"m3jax/{path.relative_to(package).as_posix()}:{lineno} imports {target}")
+  return bad
+
+
+def test_every_top_level_module_has_a_layer():
+  names = {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"} | {
+      p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+  assert names <= set(LAYERS), f"give these a layer in LAYERS: {sorted(names - set(LAYERS))}"
+
+
+def test_no_upward_imports():
+  assert upward_imports() == []
+
+
+def test_an_upward_import_is_found(tmp_path):
+  (tmp_path / "agent").mkdir()
+  (tmp_path / "agent" / "writers.py").write_text("def f():\n  from m3jax.sft.omni_writer import load\n")
+  assert upward_imports(tmp_path) == ["m3jax/agent/writers.py:2 imports m3jax.sft.omni_writer"]
