@@ -38,18 +38,19 @@ JUDGE = RuleJudge("contains")
 
 
 def heldout_task(n: int, embed, dim: int, first_seed: int = HELDOUT_SEED_START):
-  """`n` questions balanced over families (round-robin, in each family the script's order) from consecutive
-  held-out episodes: a plain prefix would be mostly single-fact questions, the two-fact families being rarer in
-  3-clip episodes. Returns (graphs, records); graphs cover every episode drawn."""
+  """`n` questions balanced over families (round-robin in a fixed shuffled family order, in each family the
+  script's order) from consecutive held-out episodes: a plain prefix would be mostly single-fact questions, the
+  two-fact families being rarer in 3-clip episodes. Returns (graphs, records); graphs cover every episode drawn."""
   seeds, count = [], 0
   while count < 4 * n:
     seeds.append(first_seed + len(seeds))
     count += len(make_episode(EpisodeConfig(seed=seeds[-1])).qa_list)
   graphs, records = make_task(seeds, embed, dim, split="heldout")
-  by_family = {f: [r for r in records if r.family == f] for f in FAMILIES}
+  families = [list(FAMILIES)[i] for i in np.random.default_rng(0).permutation(len(FAMILIES))]  # types mixed
+  by_family = {f: [r for r in records if r.family == f] for f in families}
   picked: list = []
   while len(picked) < n:
-    for f in FAMILIES:
+    for f in families:
       if by_family[f] and len(picked) < n:
         picked.append(by_family[f].pop(0))
   return graphs, picked
