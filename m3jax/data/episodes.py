@@ -44,8 +44,9 @@ CITIES = ("London", "Paris", "Boston", "Madrid", "Chicago", "Berlin")
 JOBS = ("doctor", "pilot", "lawyer", "nurse", "chef", "painter", "engineer", "musician")
 OBJECTS = ("keys", "glasses", "wallet", "phone", "notebook", "camera")
 FURNITURE = ("kitchen table", "sofa", "bookshelf", "desk", "window sill")
-RULE_ITEMS = (("winter coats", "hallway closet"), ("milk", "fridge door"), ("dog food", "garage"),
-              ("spare key", "blue flower pot"), ("first aid kit", "bathroom cabinet"))
+# House rules: only the (item, place) pairs Whisper tiny.en got right in all three voices in the rule sentence
+# (winter coats, dog food, spare key, blue flower pot, towels, umbrella, bread did not).
+RULE_ITEMS = (("milk", "fridge door"), ("first aid kit", "bathroom cabinet"), ("house keys", "blue bowl"))
 # What each character says after introducing themselves ("rule": one of the house's rules, while any is unsaid).
 FACT_KINDS = ("drink", "dislike", "food", "plan", "city", "job", "object", "move", "rule")
 SMALL_TALK = ("It is a sunny day today.", "Let us open the window.", "This room is very quiet.",
@@ -169,7 +170,7 @@ def _sentence(kind: str, c: Character, rules: dict[str, str], rule_item: str | N
       "job": f"I work as {article(f['job'])} in the town centre.",
       "object": f"I put my {f['object']} on the {f['furniture']} this morning.",
       "move": f"I moved my {f['object']} from the {f['furniture']} to the {f['moved_to']}.",
-      "rule": f"In this house, the {rule_item} always goes in the {rules.get(rule_item, '')}.",
+      "rule": f"In this house, the {rule_item} goes in the {rules.get(rule_item, '')}.",
   }[kind]
 
 
@@ -344,7 +345,7 @@ def _drafts(rng, chars, clips, rules) -> tuple[list[Draft], list[Draft]]:
       ok.append(Draft("mention_order", {"object": obj, "order": order}, f"{u.speaker}.",
                       tuple(intro[n] for n in names) + tuple(mentions), f"{u.speaker} spoke of the {obj} {order}"))
   for item, where in rules.items():
-    said = _said(clips, "rule", contains=f"the {item} always")
+    said = _said(clips, "rule", contains=f"the {item} goes")
     if said:
       u = said[0]
       ok.append(Draft("rule_place", {"item": item}, f"In the {where}.", (u,), u.text))
