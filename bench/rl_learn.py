@@ -42,7 +42,7 @@ def cpu_config(out: str) -> RLConfig:
   size a 2-core CPU steps through in minutes: 8 questions x G=4, 4 rounds of at most 64 new tokens, lr 5e-6
   (a few steps, not the reference's hundreds), after an 8-step warm start of 16 expert trajectories at 3e-5."""
   return RLConfig(
-      model="smollm2-135m-instruct", embedder="minilm", train_seeds=(0, 64), eval_seeds=(10_000, 10_008),
+      model="smollm2-135m-instruct", embedder="minilm", train_seeds=(0, 64), eval_seeds=(1_000_000, 1_000_008),
       warm_start_steps=8, warm_start_questions=16, warm_start_lr=3e-5,
       batch_questions=8, group_size=4, max_rounds=4, max_new_tokens=64, temperature=0.6, top_p=0.95, top_k=20,
       judge="contains", advantage="grpo", seq_bucket=512, max_seq_len=4096,

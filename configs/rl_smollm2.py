@@ -14,7 +14,7 @@ from m3jax.rl.program import RLConfig
 
 def get_config() -> RLConfig:
   return RLConfig(
-      model="smollm2-135m-instruct", train_seeds=(0, 200), eval_seeds=(10_000, 10_020), steps=200,
+      model="smollm2-135m-instruct", train_seeds=(0, 200), eval_seeds=(1_000_000, 1_000_020), steps=200,
       batch_questions=32, group_size=2, max_rounds=5, max_new_tokens=256, temperature=0.6, top_p=0.95, top_k=20,
       judge="contains", advantage="grpo", seq_bucket=512, max_seq_len=8192,
       sampling=DynamicSamplingConfig(enabled=True, max_rounds=4, carry_over=False),

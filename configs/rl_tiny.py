@@ -11,7 +11,7 @@ from m3jax.rl.program import RLConfig, TinyModel
 
 def get_config() -> RLConfig:
   return RLConfig(
-      model="tiny", tiny=TinyModel(), train_seeds=(0, 4), eval_seeds=(100, 101), steps=2,
+      model="tiny", tiny=TinyModel(), train_seeds=(0, 4), eval_seeds=(1_000_000, 1_000_001), steps=2,
       batch_questions=2, group_size=2, max_rounds=2, max_new_tokens=16, seq_bucket=256, max_seq_len=4096,
       # a random policy never answers correctly: keep every group so the update still runs
       sampling=DynamicSamplingConfig(enabled=False, max_rounds=1),

@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+from collections import Counter
 
 import av
 import dlib
@@ -12,7 +13,10 @@ import numpy as np
 import pytest
 
 from m3jax.data.episode_render import render_episode
-from m3jax.data.episodes import QUESTION_TYPES, EpisodeConfig, make_episode, render_gold
+from m3jax.data.episodes import (JOBS, NAMES, QUESTION_TYPES, RULE_ITEMS, EpisodeConfig, make_episode,
+                                 render_gold)
+from m3jax.data.questions import (FAMILIES, HELDOUT_FAMILY, HELDOUT_SEED_START, NOT_IN_MEMORY, TRAIN_PHRASINGS,
+                                  check_split, phrasing_pool, split_of)
 
 
 def _as_json(ep) -> str:
@@ -20,14 +24,17 @@ def _as_json(ep) -> str:
 
 
 def test_same_seed_same_episode_whatever_hash_seed():
+  """30 episodes per split (6 clips, 3 people: shared objects, moves, comparisons all occur) in two processes."""
+  seeds = [*range(30), *range(HELDOUT_SEED_START, HELDOUT_SEED_START + 30)]
   code = ("import json; from m3jax.data.episodes import *; "
-          "ep = make_episode(EpisodeConfig(seed=5, num_clips=6, num_characters=3)); "
-          "print(json.dumps(ep.annotations('v.mp4', 'm'), sort_keys=True))")
+          f"eps = [make_episode(EpisodeConfig(seed=s, num_clips=6, num_characters=3)) for s in {seeds}]; "
+          "print(json.dumps([ep.annotations('v.mp4', 'm') for ep in eps], sort_keys=True))")
   outs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONHASHSEED": h}).stdout for h in ("1", "2")]
   assert outs[0] == outs[1]
-  assert outs[0].strip() == _as_json(make_episode(EpisodeConfig(seed=5, num_clips=6, num_characters=3)))
-  assert _as_json(make_episode(EpisodeConfig(seed=6, num_clips=6, num_characters=3))) != outs[0].strip()
+  eps = [make_episode(EpisodeConfig(seed=s, num_clips=6, num_characters=3)) for s in seeds]
+  assert outs[0].strip() == json.dumps([ep.annotations("v.mp4", "m") for ep in eps], sort_keys=True)
+  assert _as_json(eps[0]) != _as_json(eps[1])
 
 
 def test_annotations_follow_the_script():
@@ -36,11 +43,13 @@ def test_annotations_follow_the_script():
   assert types == set(QUESTION_TYPES)
   said = {s.clip: " ".join(u.text for u in s.utterances) for s in ep.clips}
   for q in ep.qa_list:
-    assert set(q["type"]) <= set(QUESTION_TYPES)
-    assert max(q["evidence_clips"]) <= q["before_clip"]
+    assert set(q["type"]) <= set(QUESTION_TYPES) and q["type"] == list(FAMILIES[q["family"]].types)
+    assert max(q["evidence_clips"], default=ep.config.num_clips - 1) <= q["before_clip"]
     mm, ss = map(int, q["timestamp"].split(":"))
     assert q["before_clip"] == (mm * 60 + ss) // 30 - 1
-    key = re.sub(r"^((on|in) )?the ", "", q["answer"].rstrip(".").lower().split(", ")[0])
+    if q["unanswerable"] or q["answer"] in ("Yes.", "No."):
+      continue
+    key = re.sub(r"^((on|in) )?the ", "", q["answer"].rstrip(".").lower())
     evidence_text = " ".join(said[c] for c in q["evidence_clips"]).lower()
     assert key in evidence_text or key in q["question"].lower(), (q, evidence_text)
   for s in ep.clips:
@@ -51,6 +60,192 @@ def test_annotations_follow_the_script():
     assert any(u.kind == "intro" and c.name in u.text for s in ep.clips for u in s.utterances)
   # Every character has a solo clip (one face + one voice) when there are enough clips.
   assert {s.present[0] for s in ep.clips if len(s.present) == 1} == {c.name for c in ep.characters}
+
+
+# ------------------------------------------------------------------------------ families, phrasings, splits
+TRAIN_SEEDS = range(0, 150)
+HELDOUT_SEEDS = range(HELDOUT_SEED_START, HELDOUT_SEED_START + 150)
+
+
+@pytest.fixture(scope="module")
+def episodes():
+  """150 training and 150 held-out episodes of the RL task's default size (3 clips, 2 people)."""
+  return {split: [make_episode(EpisodeConfig(seed=s)) for s in seeds]
+          for split, seeds in (("train", TRAIN_SEEDS), ("heldout", HELDOUT_SEEDS))}
+
+
+def _template_re(template: str) -> re.Pattern:
+  return re.compile("^" + re.sub(r"\\\{\w+\\\}", ".+", re.escape(template)) + "$", re.IGNORECASE)
+
+
+def test_every_family_has_five_distinct_phrasings_and_a_type():
+  assert HELDOUT_FAMILY in FAMILIES and len(FAMILIES) >= 15
+  for name, fam in FAMILIES.items():
+    assert len(set(fam.phrasings)) == len(fam.phrasings) >= 5, name
+    assert fam.types and set(fam.types) <= set(QUESTION_TYPES)
+    assert len(phrasing_pool(name, "heldout")) >= 1
+  for t in QUESTION_TYPES:  # several families per type
+    assert sum(t in f.types for f in FAMILIES.values()) >= 3, t
+
+
+def test_heldout_phrasings_and_family_never_appear_in_training(episodes):
+  heldout_templates = [(f, _template_re(FAMILIES[f].phrasings[i]))
+                       for f in FAMILIES for i in phrasing_pool(f, "heldout")]
+  seen = {"train": set(), "heldout": set()}
+  for split, eps in episodes.items():
+    for ep in eps:
+      for q in ep.qa_list:
+        seen[split].add((q["family"], q["phrasing"]))
+        assert q["heldout"] == (split == "heldout")
+        assert q["phrasing"] in phrasing_pool(q["family"], split), q
+        assert _template_re(FAMILIES[q["family"]].phrasings[q["phrasing"]]).match(q["question"]), q
+        if split == "train":  # by the text itself, not only by its label
+          assert q["family"] != HELDOUT_FAMILY
+          assert not [f for f, r in heldout_templates if r.match(q["question"])], q
+  assert not seen["train"] & seen["heldout"]
+  assert {f for f, _ in seen["heldout"]} >= {HELDOUT_FAMILY}
+  # training sees most of its (family, phrasing) pairs over 150 episodes, so the split is not vacuous
+  assert len(seen["train"]) >= 0.9 * TRAIN_PHRASINGS * (len(FAMILIES) - 1)
+
+
+def test_each_type_and_family_is_asked_in_both_splits(episodes):
+  for split, eps in episodes.items():
+    qs = [q for ep in eps for q in ep.qa_list]
+    assert {t for q in qs for t in q["type"]} == set(QUESTION_TYPES)
+    expected = set(FAMILIES) - ({HELDOUT_FAMILY} if split == "train" else set())
+    assert {q["family"] for q in qs} == expected, split
+    assert 0.05 < np.mean([q["unanswerable"] for q in qs]) < 0.3
+
+
+def test_splits_are_refused_across_seed_ranges():
+  assert split_of(HELDOUT_SEED_START - 1) == "train" and split_of(HELDOUT_SEED_START) == "heldout"
+  check_split([0, 5], "train")
+  with pytest.raises(ValueError, match="not train seeds"):
+    check_split([0, HELDOUT_SEED_START], "train")
+  with pytest.raises(ValueError, match="not heldout seeds"):
+    check_split([3], "heldout")
+  from m3jax.data.memory_qa import make_task
+  with pytest.raises(ValueError, match="not train seeds"):
+    make_task([HELDOUT_SEED_START], lambda t: np.zeros((len(t), 4), np.float32), 4)
+  from m3jax.rl.program import RLConfig
+  with pytest.raises(ValueError, match="not heldout seeds"):
+    RLConfig(eval_seeds=(10, 12))
+
+
+def _utterances(ep):
+  return [u for s in ep.clips for u in s.utterances]
+
+
+def test_unanswerable_questions_have_the_canonical_answer_and_no_evidence(episodes):
+  from m3jax.agent.demo import answer_correct
+  from m3jax.agent.judges import JudgeItem, RuleJudge
+  n = 0
+  for ep in episodes["train"] + episodes["heldout"]:
+    utts, cast = _utterances(ep), {c.name: c for c in ep.characters}
+    for q in ep.qa_list:
+      assert (q["answer"] == NOT_IN_MEMORY) == q["unanswerable"]
+      if not q["unanswerable"]:
+        assert not answer_correct(NOT_IN_MEMORY, q["answer"])  # a decline is never right on an answerable one
+        continue
+      n += 1
+      assert q["evidence_clips"] == [] and q["before_clip"] == ep.config.num_clips - 1
+      fam = q["family"]
+      if fam == "who_job":
+        job = re.search(r"\b(" + "|".join(JOBS) + r")\b", q["question"]).group(1)
+        assert all(c.facts["job"] != job for c in ep.characters) and not any(job in u.text for u in utts)
+      elif fam == "rule_place":
+        item = next(i for i, _ in RULE_ITEMS if i in q["question"])
+        assert item not in ep.rules and not any(item in u.text for u in utts if u.kind == "rule")
+      else:  # a fact of a named person: not in the cast, or never said by them
+        name = next(n for p in NAMES.values() for n in p if n in q["question"])
+        assert name not in cast or not any(u.kind == fam and u.speaker == name for u in utts), q
+  assert n >= 100
+  contains = RuleJudge("contains")
+  for answer, ok in [(NOT_IN_MEMORY, True), ("I checked twice: the memory does not say.", True),
+                     ("I don't know.", False), ("The memory says tea.", False), ("", False)]:
+    assert answer_correct(answer, NOT_IN_MEMORY) == ok
+    assert contains.judge([JudgeItem("q", NOT_IN_MEMORY, answer)])[0].correct == ok
+
+
+def test_what_changed_is_asked_before_and_after_the_move(episodes):
+  pairs = 0
+  for ep in episodes["train"] + episodes["heldout"]:
+    utts = _utterances(ep)
+    for c in ep.characters:
+      mv = [u for u in utts if u.kind == "move" and u.speaker == c.name]
+      put = [u for u in utts if u.kind == "object" and u.speaker == c.name]
+      asked = [q for q in ep.qa_list if q["family"] in ("object_place", "object_from") and not q["unanswerable"]
+               and c.name in q["question"]]
+      for q in asked:
+        where = "on the " + (c.facts["moved_to"] if mv and q["before_clip"] >= mv[0].clip and
+                             q["family"] == "object_place" else c.facts["furniture"])
+        assert q["answer"].lower() == where + ".", q
+        assert put and put[0].clip <= q["before_clip"]
+        if q["family"] == "object_from":
+          assert mv and q["before_clip"] >= mv[0].clip
+      place = [q for q in asked if q["family"] == "object_place"]
+      if len(place) == 2:
+        before, after = sorted(place, key=lambda q: q["before_clip"])
+        assert before["answer"] != after["answer"] and before["before_clip"] < mv[0].clip <= after["before_clip"]
+        pairs += 1
+  assert pairs >= 10
+
+
+def _says(utts, kind, name):
+  return next(u for u in utts if u.kind == kind and u.speaker == name)
+
+
+def test_multi_hop_and_comparison_answers_follow_the_script(episodes):
+  seen = Counter()
+  for ep in episodes["train"] + episodes["heldout"]:
+    utts, chars = _utterances(ep), ep.characters
+    for q in ep.qa_list:
+      fam, text = q["family"], q["question"]
+      if q["unanswerable"] or fam not in ("hop_plan", "hop_drink", "hop_same_drink", "compare_same",
+                                          "compare_which"):
+        continue
+      seen[fam] += 1
+      before = q["before_clip"]
+      if fam == "hop_plan":  # drink -> person -> plan
+        (c,) = [c for c in chars if re.search(rf"\b{c.facts['drink']}\b", text)]
+        assert _says(utts, "drink", c.name).clip <= before and _says(utts, "plan", c.name).clip <= before
+        assert q["answer"] == f"The {c.facts['plan']}."
+      elif fam == "hop_drink":  # city -> person -> drink
+        (c,) = [c for c in chars if c.facts["city"] in text]
+        assert _says(utts, "city", c.name).clip <= before and _says(utts, "drink", c.name).clip <= before
+        assert q["answer"] == f"{c.facts['drink'].capitalize()}."
+      elif fam == "hop_same_drink":  # job -> person -> drink, name -> person -> drink, compare
+        (x,) = [c for c in chars if c.facts["job"] in text]
+        (y,) = [c for c in chars if c.name in text]
+        assert x is not y and all(_says(utts, k, p.name).clip <= before
+                                  for k, p in (("job", x), ("drink", x), ("intro", y), ("drink", y)))
+        assert q["answer"] == ("Yes." if x.facts["drink"] == y.facts["drink"] else "No.")
+      elif fam == "compare_same":
+        a, b = [c for c in chars if c.name in text]
+        assert q["answer"] == ("Yes." if a.facts["drink"] == b.facts["drink"] else "No.")
+      else:
+        (c,) = [c for c in chars if c.facts["city"] in text]
+        assert q["answer"] == f"{c.name}." and _says(utts, "city", c.name).clip <= before
+  assert min(seen.values()) >= 5 and len(seen) == 5, seen
+  assert Counter(q["answer"] for ep in episodes["train"] for q in ep.qa_list
+                 if q["family"] == "compare_same")["Yes."] >= 3  # the same-drink distractor happens
+
+
+def test_distractors_two_people_share_a_fact_and_an_object(episodes):
+  shared = Counter()
+  for ep in episodes["train"]:
+    a, b = ep.characters
+    for key in ("drink", "city", "object"):
+      shared[key] += a.facts[key] == b.facts[key]
+  assert all(shared[k] >= 20 for k in ("drink", "city", "object")), shared
+  order = [q for ep in episodes["train"] for q in ep.qa_list if q["family"] == "mention_order"]
+  assert len(order) >= 5
+  keys = {"who_plan": "plan", "who_job": "job", "hop_plan": "drink", "hop_drink": "city"}
+  for ep in episodes["train"] + episodes["heldout"]:
+    for q in ep.qa_list:  # a description that picks out a person is never shared by two (two answers)
+      if q["family"] in keys and not q["unanswerable"]:
+        key = keys[q["family"]]
+        assert sum(bool(re.search(rf"\b{c.facts[key]}\b", q["question"])) for c in ep.characters) == 1, q
 
 
 def test_gold_memories_render_to_graph_tags():

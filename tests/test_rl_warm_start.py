@@ -73,3 +73,31 @@ def test_warm_start_clones_the_expert_on_the_llm_token_layout(tmp_path):
     assert t.finished and t.response == q.answer
     generated = program.tokenizer.decode([i for i, g in zip(t.token_ids, t.generated) if g])
     assert generated == "".join(r.text for r in t.rounds)
+
+
+def test_expert_trajectories_on_every_family_and_unanswerable_questions():
+  """The hindsight expert on the real searcher over gold-memory graphs of training episodes: every question
+  (all families of the train split, unanswerable ones included) ends in a well-formed answer that is the gold
+  answer; an unanswerable one is declined with the canonical NOT_IN_MEMORY after searching."""
+  from m3jax.data.memory_qa import make_task
+  from m3jax.data.questions import FAMILIES, HELDOUT_FAMILY, NOT_IN_MEMORY
+  from m3jax.memory.fixture_embedder import HashedBowEmbedder
+  from m3jax.memory.search import MemorySearcher, SearchConfig
+  from m3jax.models.tokenizer import load_tokenizer
+  from m3jax.models.weights.gguf import smollm2_path
+
+  embed = HashedBowEmbedder.builtin()
+  graphs, records = make_task(range(12), embed, embed.dim, split="train")
+  assert {r.family for r in records} == set(FAMILIES) - {HELDOUT_FAMILY}
+  questions = _questions(records, 1)
+  tok = load_tokenizer(smollm2_path())
+  trajs = Controller(ExpertPolicy(questions, tok, 5), MemorySearcher(graphs, embed, SearchConfig()),
+                     ControlConfig(5)).run(questions)
+  declined = 0
+  for r, t in zip(records, trajs):
+    assert t.finished and t.response == r.answer, (r, t.response)
+    assert all(x.action in ("search", "answer") for x in t.rounds)
+    if r.unanswerable:
+      declined += 1
+      assert t.response == NOT_IN_MEMORY and t.num_searches >= 1
+  assert declined >= 10

@@ -5,7 +5,8 @@ protocol the controller is instructed to use: resolve a name with "What is the c
 the character id, and turn ids back into names with "What is the name of <character_k>". It answers "who said X"
 with the name of the speaker of the best-matching memory and any other question with the best-matching memory
 itself (ids replaced by names): the floor a trained controller must beat, and a working path when the embedded
-135M controller is too weak.
+135M controller is too weak. It declines with `NOT_IN_MEMORY` when retrieval has nothing to go on: the search
+returns no memory, or the question names people and none of them has an id in the memory.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from m3jax.agent.control import Question
+from m3jax.data.questions import NOT_IN_MEMORY
 from m3jax.memory.search import MemorySearcher, SearchConfig, SearchRequest
 
 # The search settings of every answering path (`m3jax ask`, the demo, the memory service): the reference
@@ -89,7 +91,7 @@ class RuleAnswerer:
     if who:
       hit = self._top(q, who.group(1))
       if hit is None:
-        return ""
+        return NOT_IN_MEMORY
       m = CHARACTER_TAG_RE.search(hit)
       return (self._name_of(q, m.group(1)) or f"<{m.group(1)}>") if m else hit
     query = q.question
@@ -99,12 +101,17 @@ class RuleAnswerer:
       m = CHARACTER_TAG_RE.search(hit or "")
       if m:
         query = query[:hop.start()] + f"<{m.group(1)}> " + query[hop.end():]
-    for name in named_people(q.question):
+    names = named_people(q.question)
+    resolved = 0
+    for name in names:
       tag = self._id_of(q, name)
       if tag is not None:
         query = re.sub(rf"\b{re.escape(name)}\b", f"<{tag}>", query)
+        resolved += 1
+    if names and not resolved and not hop:  # about someone the memory has no name for
+      return NOT_IN_MEMORY
     hit = self._top(q, query, 2 if " and " in q.question else 1)  # two-part questions take two memories
-    return self._with_names(q, hit) if hit else ""
+    return self._with_names(q, hit) if hit else NOT_IN_MEMORY
 
   def answer(self, questions: Sequence[Question]) -> list[str]:
     return [self.answer_one(q) for q in questions]

@@ -20,6 +20,7 @@ from m3jax.agent.observations import ClipObservation
 from m3jax.agent.perceive import PerceptionModels
 from m3jax.data.episode_render import episode_audio, render_episode
 from m3jax.data.episodes import QUESTION_TYPES, Episode, EpisodeConfig, make_episode
+from m3jax.data.questions import NOT_IN_MEMORY
 from m3jax.memory.graph import MemoryGraph
 
 
@@ -142,6 +143,9 @@ def format_demo(result: dict[str, Any]) -> str:
     if t in acc:
       n = sum(1 for q in result["questions"] if t == "all" or t in q.question_types)
       lines.append(f"  {t:32s} {acc[t]:.2f}  ({n} questions)")
+  unanswerable = [answer_correct(a, q.answer) for q, a, raw in
+                  zip(result["questions"], result["answers"], result["episode"].qa_list) if raw["unanswerable"]]
+  lines.append(f"  unanswerable: {sum(unanswerable)} of {len(unanswerable)} declined ({NOT_IN_MEMORY!r})")
   ident = result["identity"]
   lines.append(f"people: {len(result['characters'])} characters {result['characters']}; identity purity "
                f"{ident['purity']:.2f}, completeness {ident['completeness']:.2f}")

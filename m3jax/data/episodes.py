@@ -1,9 +1,12 @@
 """Deterministic generator of multi-speaker episodes: the test data no model has seen.
 
 An episode is a cast of characters (real face photos shipped in packages, each with a distinct espeak-ng voice
-and a name said aloud) and a script over N 30-s clips: who is present, who says what (names, preferences, plans,
-objects, places, household rules). From the script we derive M3-Bench-format annotations (questions of the five
-types, answers, `before_clip`, evidence clip ids) and the gold memories an ideal memorizer would write per clip.
+and a name said aloud) and a script over N 30-s clips: who is present, who says what (names, preferences and
+dislikes, plans, jobs, cities, objects and where they were put, later moves of those objects, household rules).
+Distractors are seeded in: two people may like the same drink, live in the same city or own the same object.
+From the script we derive M3-Bench-format annotations (questions of the five types in the families and phrasings
+of `m3jax.data.questions`, answers, `before_clip`, evidence clip ids, plus `family`, `phrasing`, `heldout` and
+`unanswerable`) and the gold memories an ideal memorizer would write per clip.
 Everything here is pure Python on a seeded `numpy.random.Generator`, so the same seed gives the same episode
 whatever PYTHONHASHSEED is; `m3jax.data.episode_render` turns it into an mp4.
 
@@ -18,6 +21,8 @@ import re
 from typing import Any
 
 import numpy as np
+
+from m3jax.data.questions import FAMILIES, NOT_IN_MEMORY, Draft, article, phrasing_pool, split_of
 
 QUESTION_TYPES = ("Person Understanding", "Cross-Modal Reasoning", "Multi-Detail Reasoning",
                   "Multi-Hop Reasoning", "General Knowledge Extraction")
@@ -39,8 +44,11 @@ CITIES = ("London", "Paris", "Boston", "Madrid", "Chicago", "Berlin")
 JOBS = ("doctor", "pilot", "lawyer", "nurse", "chef", "painter", "engineer", "musician")
 OBJECTS = ("keys", "glasses", "wallet", "phone", "notebook", "camera")
 FURNITURE = ("kitchen table", "sofa", "bookshelf", "desk", "window sill")
-RULE_ITEMS = (("winter coats", "hallway closet"), ("milk", "fridge door"), ("dog food", "garage"),
-              ("spare key", "blue flower pot"), ("first aid kit", "bathroom cabinet"))
+# House rules: only the (item, place) pairs Whisper tiny.en got right in all three voices in the rule sentence
+# (winter coats, dog food, spare key, blue flower pot, towels, umbrella, bread did not).
+RULE_ITEMS = (("milk", "fridge door"), ("first aid kit", "bathroom cabinet"), ("house keys", "blue bowl"))
+# What each character says after introducing themselves ("rule": one of the house's rules, while any is unsaid).
+FACT_KINDS = ("drink", "dislike", "food", "plan", "city", "job", "object", "move", "rule")
 SMALL_TALK = ("It is a sunny day today.", "Let us open the window.", "This room is very quiet.",
               "I think it will rain later.", "The music next door is loud.", "We should clean up soon.")
 
@@ -78,7 +86,7 @@ class Character:
   photo: str  # one of PHOTO_ORDER (see episode_render.load_photo)
   voice: str  # espeak-ng voice, e.g. "en-us+f3"
   pitch: int  # espeak-ng -p (0..99)
-  facts: dict[str, str]  # drink, food, plan, city, job, object, furniture
+  facts: dict[str, str]  # drink, food, plan, city, job, object, furniture, dislike, moved_to
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,7 +95,7 @@ class Utterance:
   start: float  # seconds from the start of the video
   speaker: str  # character name
   text: str
-  kind: str  # intro | drink | food | plan | city | job | object | rule | small_talk
+  kind: str  # intro | one of FACT_KINDS | small_talk
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,9 +140,22 @@ def _characters(rng: np.random.Generator, n: int) -> tuple[Character, ...]:
   drinks, foods = _pick(rng, DRINKS, n), _pick(rng, FOODS, n)
   places, cities, jobs = _pick(rng, PLACES, n), _pick(rng, CITIES, n), _pick(rng, JOBS, n)
   objects, furniture = _pick(rng, OBJECTS, n), _pick(rng, FURNITURE, n)
+  # Distractors: the second person sometimes likes the same drink, lives in the same city or owns the same kind
+  # of object as the first (then questions keyed on that fact are not asked: they would have two answers).
+  for facts, p in ((drinks, 0.35), (cities, 0.25), (objects, 0.4)):
+    if n >= 2 and rng.random() < p:
+      facts[1] = facts[0]
+  dislikes = [_other(rng, DRINKS, d) for d in drinks]
+  moved_to = [_other(rng, FURNITURE, f) for f in furniture]
   return tuple(Character(names[i], PHOTO_ORDER[i], *VOICES[PHOTO_ORDER[i]], {
       "drink": drinks[i], "food": foods[i], "plan": places[i], "city": cities[i], "job": jobs[i],
-      "object": objects[i], "furniture": furniture[i]}) for i in range(n))
+      "object": objects[i], "furniture": furniture[i], "dislike": dislikes[i], "moved_to": moved_to[i]})
+      for i in range(n))
+
+
+def _other(rng: np.random.Generator, pool, not_this: str) -> str:
+  rest = [x for x in pool if x != not_this]
+  return rest[int(rng.integers(len(rest)))]
 
 
 def _sentence(kind: str, c: Character, rules: dict[str, str], rule_item: str | None) -> str:
@@ -142,12 +163,14 @@ def _sentence(kind: str, c: Character, rules: dict[str, str], rule_item: str | N
   return {
       "intro": f"Hello everyone, my name is {c.name}.",
       "drink": f"I really like to drink {f['drink']} in the morning.",
+      "dislike": f"I do not like to drink {f['dislike']} at all.",
       "food": f"My favourite food is {f['food']}, I eat it every week.",
       "plan": f"Tomorrow I will go to the {f['plan']} with a friend.",
       "city": f"I have lived in {f['city']} for many years.",
-      "job": f"I work as a {f['job']} in the town centre.",
+      "job": f"I work as {article(f['job'])} in the town centre.",
       "object": f"I put my {f['object']} on the {f['furniture']} this morning.",
-      "rule": f"In this house, the {rule_item} always goes in the {rules.get(rule_item, '')}.",
+      "move": f"I moved my {f['object']} from the {f['furniture']} to the {f['moved_to']}.",
+      "rule": f"In this house, the {rule_item} goes in the {rules.get(rule_item, '')}.",
   }[kind]
 
 
@@ -168,16 +191,25 @@ def _presence(rng: np.random.Generator, num_clips: int, names: list[str]) -> lis
   return out
 
 
+def _agenda(rng: np.random.Generator) -> list[str]:
+  """What one character will say, in order: the intro first, then the facts and one house rule in a seeded order,
+  the object always before its move (the move is the change that "what changed" questions ask about)."""
+  kinds = [str(k) for k in rng.permutation(FACT_KINDS)]
+  i, j = kinds.index("object"), kinds.index("move")
+  if j < i:
+    kinds[i], kinds[j] = kinds[j], kinds[i]
+  return ["intro"] + kinds
+
+
 def make_episode(config: EpisodeConfig = EpisodeConfig()) -> Episode:
-  """Writes the script, the questions and the gold memories of one episode (no media)."""
+  """Writes the script, the questions (of the split the seed belongs to: `questions.split_of`) and the gold
+  memories of one episode (no media)."""
   rng = np.random.default_rng(config.seed)
   chars = _characters(rng, config.num_characters)
   by_name = {c.name: c for c in chars}
   rules = dict(_pick(rng, RULE_ITEMS, min(2, len(RULE_ITEMS))))
   presence = _presence(rng, config.num_clips, [c.name for c in chars])
-  # Facts each character still has to say, in a seeded order; the intro always comes first.
-  pending = {c.name: ["intro"] + [str(k) for k in rng.permutation(["drink", "food", "plan", "city", "job", "object"])]
-             for c in chars}
+  pending = {c.name: _agenda(rng) for c in chars}
   pending_rules = list(rules)
   clips: list[ClipScript] = []
   for clip, present in enumerate(presence):
@@ -188,12 +220,17 @@ def make_episode(config: EpisodeConfig = EpisodeConfig()) -> Episode:
     for j in range(k):
       speaker = present[j % len(present)] if j < len(present) else present[int(rng.integers(len(present)))]
       todo = pending[speaker]
+      while todo and todo[0] == "rule" and not pending_rules:
+        todo.pop(0)
+      rule_item = None
       if todo:
-        kind, rule_item = todo.pop(0), None
+        kind = todo.pop(0)
       elif pending_rules:
-        kind, rule_item = "rule", pending_rules.pop(0)
+        kind = "rule"
       else:
-        kind, rule_item = "small_talk", None
+        kind = "small_talk"
+      if kind == "rule":
+        rule_item = pending_rules.pop(0)
       text = (SMALL_TALK[int(rng.integers(len(SMALL_TALK)))] if kind == "small_talk"
               else _sentence(kind, by_name[speaker], rules, rule_item))
       start = round(clip * config.clip_seconds + j * slot + 0.5 + float(rng.uniform(0.0, 0.5)), 2)
@@ -214,46 +251,141 @@ def _mmss(seconds: float) -> str:
   return f"{s // 60:02d}:{s % 60:02d}"
 
 
-def _questions(rng, ep_id, config, chars, clips, rules) -> list[dict[str, Any]]:
-  """Questions of the five M3-Bench types whose evidence was actually said in the script."""
-  items: list[tuple[str, str, list[str], list[Utterance], str]] = []
-  def add(q, a, types, evidence, why):
-    if evidence and all(evidence):
-      items.append((q, a, types, evidence, why))
+_ANSWERS = {"drink": lambda f: f"{f['drink'].capitalize()}.", "food": lambda f: f"{f['food'].capitalize()}.",
+            "dislike": lambda f: f"{f['dislike'].capitalize()}.", "plan": lambda f: f"The {f['plan']}.",
+            "job": lambda f: f"{f['job'].capitalize()}.", "city": lambda f: f"{f['city']}."}
+_TOPICS = {"drink": lambda f: f["drink"], "food": lambda f: f["food"], "plan": lambda f: f"going to the {f['plan']}",
+           "city": lambda f: f"living in {f['city']}", "job": lambda f: f"working as {article(f['job'])}"}
+
+
+def _unique(chars, key: str, value: str) -> bool:
+  return sum(c.facts[key] == value for c in chars) == 1
+
+
+def _yes_no(same: bool) -> str:
+  return "Yes." if same else "No."
+
+
+def _drafts(rng, chars, clips, rules) -> tuple[list[Draft], list[Draft]]:
+  """(answerable, unanswerable) questions before phrasing. Answerable ones rest on utterances of the script;
+  a question about a person needs their intro (the only way the memory can tie the name to a face)."""
+  def first(kind, who=None):
+    said = _said(clips, kind, who)
+    return said[0] if said else None
+  intro = {c.name: first("intro", c.name) for c in chars}
+  ok, missing = [], []
   for c in chars:
-    f = c.facts
-    intro = _said(clips, "intro", c.name)
-    drink, plan = _said(clips, "drink", c.name), _said(clips, "plan", c.name)
-    job, obj, city = _said(clips, "job", c.name), _said(clips, "object", c.name), _said(clips, "city", c.name)
-    if drink and intro:
-      add(f"What does {c.name} like to drink?", f"{f['drink'].capitalize()}.", ["Person Understanding"],
-          [intro[0], drink[0]], f"{c.name} said: {drink[0].text}")
-    if plan and intro:
-      add(f"Who said they will go to the {f['plan']} tomorrow?", f"{c.name}.", ["Cross-Modal Reasoning"],
-          [intro[0], plan[0]], f"the voice of {c.name} said: {plan[0].text}")
-    if obj and intro:
-      add(f"Where did {c.name} put the {f['object']}?", f"On the {f['furniture']}.",
-          ["Person Understanding", "Cross-Modal Reasoning"], [intro[0], obj[0]], obj[0].text)
-    if drink and plan:
-      add(f"Where will the person who likes {f['drink']} go tomorrow?", f"The {f['plan']}.",
-          ["Multi-Hop Reasoning"], [drink[0], plan[0]], f"{c.name} likes {f['drink']} and goes to {f['plan']}")
-    if job and city and intro:
-      add(f"What is {c.name}'s job and which city does {c.name} live in?", f"{f['job'].capitalize()}, {f['city']}.",
-          ["Multi-Detail Reasoning", "Person Understanding"], [intro[0], job[0], city[0]],
-          f"{job[0].text} {city[0].text}")
+    f, name, me = c.facts, c.name, intro[c.name]
+    if me is None:
+      continue
+    for kind, answer in _ANSWERS.items():
+      u = first(kind, name)
+      if u is None:
+        missing.append(Draft(kind, {"name": name}, NOT_IN_MEMORY, (), f"{name} never says their {kind}"))
+      else:
+        ok.append(Draft(kind, {"name": name}, answer(f), (me, u), f"{name} said: {u.text}"))
+    obj, mv = first("object", name), first("move", name)
+    slots = {"name": name, "object": f["object"]}
+    if obj and mv:
+      ok.append(Draft("object_place", slots, f"On the {f['moved_to']}.", (me, obj, mv), mv.text))
+      ok.append(Draft("object_from", slots, f"On the {f['furniture']}.", (me, obj, mv), f"{obj.text} {mv.text}"))
+      if mv.clip > obj.clip:  # asked before the change: the answer is where it was then
+        ok.append(Draft("object_place", slots, f"On the {f['furniture']}.", (me, obj), obj.text,
+                        before_clip=int(rng.integers(obj.clip, mv.clip))))
+    elif obj:
+      ok.append(Draft("object_place", slots, f"On the {f['furniture']}.", (me, obj), obj.text))
+    plan, job, drink, city = first("plan", name), first("job", name), first("drink", name), first("city", name)
+    if plan and _unique(chars, "plan", f["plan"]):
+      ok.append(Draft("who_plan", {"plan": f["plan"]}, f"{name}.", (me, plan), f"the voice of {name}: {plan.text}"))
+    if job and _unique(chars, "job", f["job"]):
+      ok.append(Draft("who_job", {"job": f["job"], "a_job": article(f["job"])}, f"{name}.", (me, job), job.text))
+    for u in (u for s in clips if len(s.present) == 2 for u in s.utterances
+              if u.speaker == name and u.kind in _TOPICS):
+      other = next(n for n in clips[u.clip].present if n != name)
+      if intro[other] is not None:
+        ok.append(Draft("present_when", {"name": name, "topic": _TOPICS[u.kind](f)}, f"{other}.",
+                        (me, intro[other], u), f"{other} was on screen when {name} said: {u.text}"))
+        break
+    if drink and plan and _unique(chars, "drink", f["drink"]):
+      ok.append(Draft("hop_plan", {"drink": f["drink"]}, f"The {f['plan']}.", (drink, plan),
+                      f"{name} likes {f['drink']} and will go to the {f['plan']}"))
+    if drink and city and _unique(chars, "city", f["city"]):
+      ok.append(Draft("hop_drink", {"city": f["city"]}, f"{f['drink'].capitalize()}.", (city, drink),
+                      f"{name} lives in {f['city']} and likes {f['drink']}"))
+    if job and drink and _unique(chars, "job", f["job"]):
+      for other in chars:
+        od = first("drink", other.name)
+        if other.name != name and od and intro[other.name]:
+          ok.append(Draft("hop_same_drink", {"job": f["job"], "a_job": article(f["job"]), "name": other.name},
+                          _yes_no(f["drink"] == other.facts["drink"]), (job, drink, intro[other.name], od),
+                          f"the {f['job']} ({name}) likes {f['drink']}, {other.name} likes {other.facts['drink']}"))
+          break
+  for i, a in enumerate(chars):
+    for b in chars[i + 1:]:
+      if not (intro[a.name] and intro[b.name]):
+        continue
+      da, db = first("drink", a.name), first("drink", b.name)
+      if da and db:
+        ok.append(Draft("compare_same", {"a": a.name, "b": b.name}, _yes_no(a.facts["drink"] == b.facts["drink"]),
+                        (intro[a.name], intro[b.name], da, db), f"{da.text} / {db.text}"))
+      ca, cb = first("city", a.name), first("city", b.name)
+      if ca and cb and a.facts["city"] != b.facts["city"]:
+        who = (a, ca) if rng.random() < 0.5 else (b, cb)
+        ok.append(Draft("compare_which", {"a": a.name, "b": b.name, "city": who[0].facts["city"]},
+                        f"{who[0].name}.", (intro[a.name], intro[b.name], ca, cb), who[1].text))
+  owners: dict[str, list[str]] = {}
+  for c in chars:
+    owners.setdefault(c.facts["object"], []).append(c.name)
+  for obj, names in owners.items():
+    mentions = sorted((u for s in clips for u in s.utterances if u.speaker in names and u.kind in ("object", "move")),
+                      key=lambda u: u.start)
+    if len(names) > 1 and len({u.speaker for u in mentions}) > 1 and all(intro[u.speaker] for u in mentions):
+      order = "first" if rng.random() < 0.5 else "last"
+      u = mentions[0] if order == "first" else mentions[-1]
+      ok.append(Draft("mention_order", {"object": obj, "order": order}, f"{u.speaker}.",
+                      tuple(intro[n] for n in names) + tuple(mentions), f"{u.speaker} spoke of the {obj} {order}"))
   for item, where in rules.items():
-    said = _said(clips, "rule", contains=item)
+    said = _said(clips, "rule", contains=f"the {item} goes")
     if said:
-      add(f"Where does the {item} go in this house?", f"In the {where}.", ["General Knowledge Extraction"],
-          said[:1], said[0].text)
+      u = said[0]
+      ok.append(Draft("rule_place", {"item": item}, f"In the {where}.", (u,), u.text))
+      ok.append(Draft("rule_item", {"place": where}, f"The {item}.", (u,), u.text))
+      if intro[u.speaker]:
+        ok.append(Draft("rule_who", {"item": item}, f"{u.speaker}.", (intro[u.speaker], u), u.text))
+  cast = [c.name for c in chars]
+  absent = [n for p in PHOTO_ORDER for n in NAMES[p] if n not in cast]
+  name = absent[int(rng.integers(len(absent)))]
+  kind = list(_ANSWERS)[int(rng.integers(len(_ANSWERS)))]
+  missing.append(Draft(kind, {"name": name}, NOT_IN_MEMORY, (), f"nobody called {name} is in the video"))
+  job = _other(rng, [j for j in JOBS if all(c.facts["job"] != j for c in chars)], "")
+  missing.append(Draft("who_job", {"job": job, "a_job": article(job)}, NOT_IN_MEMORY, (), f"nobody is a {job}"))
+  item = _other(rng, [i for i, _ in RULE_ITEMS if i not in rules], "")
+  missing.append(Draft("rule_place", {"item": item}, NOT_IN_MEMORY, (), f"no rule for the {item} was said"))
+  return ok, missing
+
+
+def _questions(rng, ep_id, config, chars, clips, rules) -> list[dict[str, Any]]:
+  """Questions of the five M3-Bench types, phrased for the seed's split. About one in six is unanswerable."""
+  split = split_of(config.seed)
+  ok, missing = _drafts(rng, chars, clips, rules)
+  k = min(len(missing), max(1, len(ok) // 5))
+  keep = sorted(int(i) for i in rng.choice(len(missing), size=k, replace=False))
   out = []
-  for n, (q, a, types, evidence, why) in enumerate(items):
-    last = max(u.clip for u in evidence)
+  for d in ok + [missing[i] for i in keep]:
+    pool = phrasing_pool(d.family, split)
+    if not pool:
+      continue
+    phrasing = pool[int(rng.integers(len(pool)))]
+    text = FAMILIES[d.family].phrasings[phrasing].format(**d.slots)
+    last = d.before_clip if d.before_clip is not None else max((u.clip for u in d.evidence),
+                                                                default=config.num_clips - 1)
     end = config.num_clips * config.clip_seconds
     t = min((last + 1) * config.clip_seconds + float(rng.uniform(0, config.clip_seconds - 1)), end)
-    out.append({"question": q, "answer": a, "question_id": f"{ep_id}_Q{n + 1:02d}", "reasoning": why,
-                "timestamp": _mmss(t), "type": types, "before_clip": int(t // config.clip_seconds) - 1,
-                "evidence_clips": sorted({u.clip for u in evidence})})
+    out.append({"question": text[0].upper() + text[1:], "answer": d.answer,
+                "question_id": f"{ep_id}_Q{len(out) + 1:02d}", "reasoning": d.why, "timestamp": _mmss(t),
+                "type": list(FAMILIES[d.family].types), "before_clip": int(t // config.clip_seconds) - 1,
+                "evidence_clips": sorted({u.clip for u in d.evidence}), "family": d.family, "phrasing": phrasing,
+                "heldout": split == "heldout", "unanswerable": d.unanswerable})
   return out
 
 
@@ -274,8 +406,11 @@ def _gold(clips, by_name) -> dict[int, dict[str, list[str]]]:
               "food": f"<face:{u.speaker}>'s favourite food is {f['food']}.",
               "plan": f"<face:{u.speaker}> plans to go to the {f['plan']} tomorrow.",
               "city": f"<face:{u.speaker}> lives in {f['city']}.",
-              "job": f"<face:{u.speaker}> works as a {f['job']}.",
-              "object": f"<face:{u.speaker}> put the {f['object']} on the {f['furniture']}."}.get(u.kind)
+              "job": f"<face:{u.speaker}> works as {article(f['job'])}.",
+              "dislike": f"<face:{u.speaker}> does not like to drink {f['dislike']}.",
+              "object": f"<face:{u.speaker}> put the {f['object']} on the {f['furniture']}.",
+              "move": f"<face:{u.speaker}> moved the {f['object']} from the {f['furniture']} to the "
+                      f"{f['moved_to']}."}.get(u.kind)
       if u.kind == "rule":
         fact = u.text
       if fact:

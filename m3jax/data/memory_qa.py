@@ -5,7 +5,8 @@ No video and no perception: each episode's characters become face/voice nodes wi
 memories of every clip are inserted through the real graph code (consolidation, equivalences, edges). The
 episode's questions then have answers the searcher can actually find, which makes the task learnable by a
 policy that learns when and what to search. Records are the (question, answer, type, memory id) tuples that
-`train.py rl` feeds through grain.
+`train.py rl` feeds through grain. `make_task(..., split=...)` refuses seeds of the other split
+(`m3jax.data.questions.split_of`): training draws only train-split episodes, evaluation only held-out ones.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from m3jax.data.episodes import EpisodeConfig, make_episode, render_gold
+from m3jax.data.questions import check_split
 from m3jax.memory.graph import GraphConfig, MemoryGraph
 
 
@@ -27,6 +29,8 @@ class QARecord:
   types: tuple[str, ...]
   memory_id: int  # index of the graph in the task's graph list
   before_clip: int | None
+  family: str = ""
+  unanswerable: bool = False  # the gold answer is questions.NOT_IN_MEMORY
 
   def to_dict(self) -> dict:
     return dataclasses.asdict(self)
@@ -57,12 +61,16 @@ def episode_graph(seed: int, embed_fn: Callable[[Sequence[str]], np.ndarray], te
 
 
 def make_task(seeds: Sequence[int], embed_fn: Callable[[Sequence[str]], np.ndarray], text_dim: int,
-              episode: EpisodeConfig = EpisodeConfig()) -> tuple[list[MemoryGraph], list[QARecord]]:
-  """Graphs for the episodes `seeds` (memory id = position in `seeds`) and all their questions."""
+              episode: EpisodeConfig = EpisodeConfig(), split: str | None = "train"
+              ) -> tuple[list[MemoryGraph], list[QARecord]]:
+  """Graphs for the episodes `seeds` (memory id = position in `seeds`) and all their questions. `split`
+  ("train" | "heldout") refuses seeds of the other split; None mixes them (each episode keeps its own)."""
+  if split is not None:
+    check_split(seeds, split)
   graphs, records = [], []
   for memory_id, seed in enumerate(seeds):
     graph, qa = episode_graph(seed, embed_fn, text_dim, episode)
     graphs.append(graph)
     records.extend(QARecord(q["question_id"], q["question"], q["answer"], tuple(q["type"]), memory_id,
-                            q.get("before_clip")) for q in qa)
+                            q.get("before_clip"), q["family"], q["unanswerable"]) for q in qa)
   return graphs, records

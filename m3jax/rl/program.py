@@ -25,6 +25,7 @@ from m3jax.agent.judges import JUDGES, HTTPJudgeConfig, JudgeItem, make_judge
 from m3jax.agent.prompts import END_OF_TURN
 from m3jax.data.episodes import EpisodeConfig
 from m3jax.data.memory_qa import QARecord, make_task
+from m3jax.data.questions import check_split
 from m3jax.rl import advantages as adv_lib
 from m3jax.rl import rollout
 from m3jax.rl.dynamic_sampling import DynamicBatcher, DynamicSamplingConfig, Group
@@ -48,8 +49,10 @@ class RLConfig:
   model: str = "tiny"  # "tiny" (random TinyModel) or a load_llm name/path (smollm2-135m-instruct, HF dir, GGUF)
   tiny: TinyModel = TinyModel()
   embedder: str = "hashed"  # the built-in hashed bag-of-words embedder, "minilm", or a *.embedder.json spec
-  train_seeds: tuple[int, int] = (0, 32)  # episode seeds [lo, hi) of the training graphs
-  eval_seeds: tuple[int, int] = (10_000, 10_008)
+  # episode seeds [lo, hi): training graphs from the train split, evaluation graphs from the held-out split
+  # (seeds >= questions.HELDOUT_SEED_START: unseen episodes, phrasings and family), each checked
+  train_seeds: tuple[int, int] = (0, 32)
+  eval_seeds: tuple[int, int] = (1_000_000, 1_000_008)
   episode: EpisodeConfig = EpisodeConfig()
   steps: int = 10
   batch_questions: int = 4  # groups per training batch
@@ -98,6 +101,8 @@ class RLConfig:
       raise ValueError("warm_start_steps >= 0, warm_start_questions >= 1 and warm_start_lr > 0 are required")
     if self.judge not in JUDGES:
       raise ValueError(f"judge={self.judge!r}; expected one of {', '.join(JUDGES)}")
+    check_split(range(*self.train_seeds), "train")
+    check_split(range(*self.eval_seeds), "heldout")
 
 
 class RLProgram:
@@ -119,7 +124,7 @@ class RLProgram:
     embed = make_embedder(cfg.embedder)
     dim = int(np.asarray(embed(["x"])).shape[-1])
     seeds = list(range(*cfg.train_seeds)) + list(range(*cfg.eval_seeds))
-    graphs, records = make_task(seeds, embed, dim, cfg.episode)
+    graphs, records = make_task(seeds, embed, dim, cfg.episode, split=None)
     n_train = cfg.train_seeds[1] - cfg.train_seeds[0]
     self.train_records = [r for r in records if r.memory_id < n_train]
     self.eval_records = [r for r in records if r.memory_id >= n_train][:cfg.eval_questions]
