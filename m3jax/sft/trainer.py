@@ -21,6 +21,7 @@ import optax
 import orbax.checkpoint as ocp
 from flax import nnx
 
+from m3jax.models.lora import LoRAParam
 from m3jax.models.omni.thinker import Thinker
 from m3jax.sft.example import Batch
 from m3jax.sft.loss import thinker_loss
@@ -100,7 +101,9 @@ class Trainer:
     self.model, self.cfg = model, cfg
     self.out = pathlib.Path(out_dir)
     self.out.mkdir(parents=True, exist_ok=True)
-    self.graphdef, self.params, self.rest = nnx.split(model, nnx.Param, ...)
+    # with LoRA adapters on the language model only they are trained, checkpointed and hold optimizer state
+    lora = bool(jax.tree.leaves(nnx.state(model, LoRAParam)))
+    self.graphdef, self.params, self.rest = nnx.split(model, LoRAParam if lora else nnx.Param, ...)
     self.opt_state = make_optimizer(cfg).init(self.params)
     self.train_batch, self.eval_batches = train_batch, eval_batches
     self.progress = progress
