@@ -57,7 +57,7 @@ def test_zero_adapters_give_the_base_logits_bitwise_in_the_forward_and_the_cache
 
 
 def test_zero_adapters_with_qk_norm_and_biases_match_the_base_to_float_rounding():
-  """With qkv biases and q/k norms XLA:CPU fuses the k projection differently once it is adapted (see
+  """With q/k norms XLA:CPU fuses the k path differently once it is adapted (see
   `lora.add_delta`): equal to a few float32 ulps of the logits' scale, not bitwise."""
   cfg = dataclasses.replace(CFG, qk_norm=True)
   model = Decoder(cfg, rngs=nnx.Rngs(0))

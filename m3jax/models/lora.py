@@ -83,8 +83,8 @@ class LoRA(nnx.Module):
 def add_delta(y: jax.Array, x: jax.Array, a: jax.Array, b: jax.Array, n_in: int, scale: float, dtype) -> jax.Array:
   """y + scale·(x·A)·B for one layer's adapter, contracting x's last `n_in` axes (float32 accumulation, like
   `dense`). The optimization barrier keeps XLA from fusing y's product with the adapter's (which reorders its
-  accumulation), so zero adapters leave y bitwise unchanged: the base policy, exactly. (One exception seen on
-  XLA:CPU: with both qkv biases and q/k norms, the k projection's fusion changes and logits move by ~1 ulp.)"""
+  accumulation), so zero adapters leave y bitwise unchanged: the base policy, exactly. (Exception seen on
+  XLA:CPU: with q/k norms (Qwen3) the jitted k path fuses differently and logits move by ~1 ulp.)"""
   lead = x.shape[:x.ndim - n_in]
   k, r = math.prod(a.shape[:n_in]), a.shape[-1]
   xa = jnp.dot(x.reshape(-1, k), a.astype(dtype).reshape(k, r), preferred_element_type=jnp.float32)
