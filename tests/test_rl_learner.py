@@ -8,6 +8,7 @@ import pytest
 from flax import nnx
 
 from m3jax import checkpoint, parallel
+from m3jax.models import lora
 from m3jax.models.decoder import Decoder, DecoderConfig
 from m3jax.rl import learner as learner_lib
 from m3jax.rl import logprobs
@@ -80,8 +81,8 @@ def test_chunks_without_trained_tokens_are_skipped_but_used_values_and_gradients
     np.testing.assert_allclose(a, b, atol=1e-6)
 
 
-def _learner(cfg, seed=0, mesh=None):
-  model = _model(seed)
+def _learner(cfg, seed=0, mesh=None, lora_rank=0, lora_seed=0):
+  model = lora.attach(_model(seed), lora.LoRAConfig(rank=lora_rank), seed=lora_seed)
   return learner_lib.Learner(model, cfg, mesh=mesh), model
 
 
@@ -132,15 +133,19 @@ def test_non_finite_step_is_skipped_and_counted(reference_run):
     np.testing.assert_array_equal(a, b)
 
 
-def test_kill_and_resume_gives_identical_next_step(tmp_path, reference_run):
+@pytest.mark.parametrize("lora_rank", [0, 4])
+def test_kill_and_resume_gives_identical_next_step(tmp_path, reference_run, lora_rank):
+  """With LoRA the checkpoint holds only the adapters (and their optimizer state); the frozen base is reloaded."""
   batch = reference_run["batch"]
-  lrn, _ = _learner(LCFG)
+  lrn, _ = _learner(LCFG, lora_rank=lora_rank)
   lrn.update(dict(batch), seed=1)
   ckpt = checkpoint.Checkpointer(tmp_path / "ckpt")
   ckpt.save(lrn.step, lrn.state(), {"data": {"next_index": 5}})
+  if lora_rank:
+    assert set(lrn.state()["params"]) == {"lora"}
   want = lrn.update(dict(batch), seed=2)
-  del lrn  # "kill": a fresh process state from a different initialisation
-  fresh, _ = _learner(LCFG, seed=7)
+  del lrn  # "kill": a fresh process state from a different initialisation (of the adapters, with LoRA)
+  fresh, _ = _learner(LCFG, seed=0 if lora_rank else 7, lora_rank=lora_rank, lora_seed=7)
   state, meta = checkpoint.Checkpointer(tmp_path / "ckpt").restore(fresh.state())
   fresh.restore(state)
   assert meta == {"data": {"next_index": 5}} and fresh.step == 2
@@ -196,17 +201,21 @@ def _dapo_batch(model):
   return b
 
 
-def _dapo_reference(model, batch, cfg, seed):
+def _dapo_reference(model, batch, cfg, seed, params=None, logits_fn=None):
   """The learner's update written out plainly: logits of a full forward pass, log_softmax, the clip-higher
   surrogate with dual clip maximised over the token mean of each mini-batch, jax.grad, clip + AdamW (optax).
 
   Mini-batch schedule (the learner's contract): per epoch one permutation of the rows from
-  np.random.default_rng(seed), cut into `mini_batches` consecutive slices, one optimizer step per slice."""
-  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+  np.random.default_rng(seed), cut into `mini_batches` consecutive slices, one optimizer step per slice.
+  `params` / `logits_fn(params, tokens)` replace the model's parameters and forward pass (LoRA: the adapters,
+  and the explicitly merged model)."""
+  graphdef, base, rest = nnx.split(model, nnx.Param, ...)
+  params = base if params is None else params
+  logits_fn = logits_fn or (lambda p, tokens: nnx.merge(graphdef, p, rest)(tokens)[0])
   lc, oc = cfg.loss, cfg.optim
 
   def loss(p, tokens, mask, adv, old_logp):
-    logits, _ = nnx.merge(graphdef, p, rest)(tokens)  # causal: later padding cannot reach a trained position
+    logits = logits_fn(p, tokens)  # causal: later padding cannot reach a trained position
     logp = jnp.take_along_axis(jax.nn.log_softmax(logits[:, :-1] / cfg.temperature, -1), tokens[:, 1:, None],
                                -1)[..., 0]  # log p(tokens[t + 1] | tokens[:t + 1])
     m, a = mask[:, 1:], adv[:, 1:]

@@ -3,6 +3,8 @@
 import json
 import shutil
 
+import pytest
+
 import train
 
 FAST = ["--set", "steps=2", "--set", "max_rounds=1", "--set", "max_new_tokens=8", "--set", "train_seeds=(0, 1)",
@@ -13,11 +15,13 @@ def _lines(path):
   return [json.loads(l) for l in path.read_text().splitlines()]
 
 
-def test_rl_train_writes_outputs_and_resumes_exactly(tmp_path):
-  """With a one-step warm start (logged as step 0), which a resumed run does not repeat."""
+@pytest.mark.parametrize("lora_rank", [0, 4])
+def test_rl_train_writes_outputs_and_resumes_exactly(tmp_path, lora_rank):
+  """With a one-step warm start (logged as step 0), which a resumed run does not repeat; with LoRA the
+  checkpoint holds the adapters alone."""
   out = tmp_path / "run"
   args = ["rl", "--config", "configs/rl_tiny.py", "--set", f"out_dir={out}", *FAST, "--set", "warm_start_steps=1",
-          "--set", "warm_start_questions=2"]
+          "--set", "warm_start_questions=2", "--set", f"lora_rank={lora_rank}"]
   assert train.main(args) == 0
   full = _lines(out / "metrics.jsonl")
   assert [r["step"] for r in full] == [0, 1, 2] and full[0]["warm/tokens"] > 0

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
+from m3jax.models import lora as lora_lib
 from m3jax.models import rope as rope_lib
 from m3jax.models.causal_attention import causal_attention
 from m3jax.models.hf_config import ACTIVATIONS, decoder_kwargs
@@ -195,6 +196,7 @@ class Decoder(nnx.Module):
     self.final_norm = _param(rngs, (D,), pd, ("norm",), fill=1.0)
     if not c.tie_embeddings:
       self.lm_head = _param(rngs, (D, c.vocab_size), pd, ("embed", "vocab"))
+    self.lora: lora_lib.LoRA | None = nnx.data(None)  # low-rank adapters (`lora_lib.attach`)
 
   # ---------------------------------------------------------------------------------------------------- API
   def init_cache(self, batch: int, max_len: int, dtype=None) -> KVCache:
@@ -240,6 +242,8 @@ class Decoder(nnx.Module):
     cos, sin = rope_lib.cos_sin(positions, inv_freq, c.mrope_section, rope_scale)
     valid_len = start + chunk_len
     layer_params = {k: getattr(self, k)[...] for k in self._layer_keys()}
+    if self.lora is not None:
+      layer_params.update(self.lora.layer_params())
     # per-layer sliding windows ride along the layer scan (0 = full); without any, no window mask is built at all
     windows = jnp.asarray(c.layer_windows, jnp.int32) if c.layer_windows else None
 
@@ -258,7 +262,7 @@ class Decoder(nnx.Module):
       dummy = jnp.zeros((0,), x.dtype)
       if layer_loop == "unroll":
         for i in range(self.cfg.num_layers):
-          (x, _, _), _ = body((x, dummy, dummy), ({k: v[i] for k, v in layer_params.items()}, i))
+          (x, _, _), _ = body((x, dummy, dummy), (jax.tree.map(lambda v: v[i], layer_params), i))
       else:
         (x, _, _), _ = jax.lax.scan(body, (x, dummy, dummy), (layer_params, jnp.arange(self.cfg.num_layers)))
       new_cache = None
@@ -282,11 +286,15 @@ class Decoder(nnx.Module):
 
   def _layer(self, x, p, layer, ck, cv, slots, valid_len, cos, sin, use_cache, window):
     c, dt = self.cfg, self.cfg.dtype
-    mm = functools.partial(dense, dtype=dt)
+
+    def mm(x, name, bias, n_in):  # a projection, its bias if any, plus its low-rank adapter where one is attached
+      y = dense(x, p[name], n_in, dt)
+      y = y if bias not in p else y + p[bias]  # before the adapter: XLA may fuse it into the product
+      adapter = p.get("lora_" + name)
+      return y if adapter is None else lora_lib.add_delta(y, x, *adapter, n_in, self.lora.cfg.scale, dt)
+
     h = rms_norm(x, p["attn_norm"], c.rms_norm_eps)
-    q, k, v = mm(h, p["wq"], 1), mm(h, p["wk"], 1), mm(h, p["wv"], 1)
-    if c.qkv_bias:
-      q, k, v = q + p["bq"], k + p["bk"], v + p["bv"]
+    q, k, v = mm(h, "wq", "bq", 1), mm(h, "wk", "bk", 1), mm(h, "wv", "bv", 1)
     q, k, v = q.astype(dt), k.astype(dt), v.astype(dt)
     if c.qk_norm:
       q, k = rms_norm(q, p["q_norm"], c.rms_norm_eps), rms_norm(k, p["k_norm"], c.rms_norm_eps)
@@ -307,14 +315,11 @@ class Decoder(nnx.Module):
       attn = chunked_attention(q, keys, values, slots, valid_len, c.attention_chunk, window)
     else:
       attn = attention(q, keys, values, slots, valid_len, window)
-    o = mm(attn, p["wo"], 2)
-    x = x + (o + p["bo"] if c.o_bias else o).astype(dt)
+    x = x + mm(attn, "wo", "bo", 2).astype(dt)
     h = rms_norm(x, p["mlp_norm"], c.rms_norm_eps)
-    gate, up = mm(h, p["w_gate"], 1), mm(h, p["w_up"], 1)
-    if c.mlp_bias:
-      gate, up = gate + p["b_gate"], up + p["b_up"]
-    down = mm((_ACT[c.hidden_act](gate) * up).astype(dt), p["w_down"], 1)
-    x = x + (down + p["b_down"] if c.mlp_bias else down).astype(dt)
+    gate, up = mm(h, "w_gate", "b_gate", 1), mm(h, "w_up", "b_up", 1)
+    down = mm((_ACT[c.hidden_act](gate) * up).astype(dt), "w_down", "b_down", 1)
+    x = x + down.astype(dt)
     return x, ck, cv
 
 

@@ -9,6 +9,9 @@ the result is the exact gradient of the whole-mini-batch token mean. A step whos
 skipped (optax.apply_if_finite) and counted. The parameter arrays live in the Decoder passed in: after each
 update they are written back into it with `nnx.update`, so the sampler decodes with them without a copy
 (the step donates the old arrays: build the Sampler after an update, as `m3jax.rl.program` does per rollout).
+With LoRA adapters attached to the Decoder (`m3jax.models.lora`), only the adapters are differentiated and hold
+AdamW state, the frozen base rides along as a constant, and the reference policy of the KL term is the same
+model with zero adapters (no second copy of the weights).
 The forward pass is `Decoder.hidden` with unrolled layers (`layer_loop`) and optional per-layer remat and the log-probs
 come from `m3jax.rl.logprobs` in sequence × vocabulary chunks.
 """
@@ -28,7 +31,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from m3jax import parallel
 from m3jax.distributed import put_global, to_host
-from m3jax.models.decoder import Decoder, logical_axes
+from m3jax.models.decoder import Decoder
+from m3jax.models.lora import LoRAParam
 from m3jax.rl import logprobs as lp_lib
 from m3jax.rl import losses
 
@@ -97,14 +101,19 @@ class Learner:
   def __init__(self, model: Decoder, cfg: LearnerConfig, *, mesh: Mesh | None = None,
                ref_model: Decoder | None = None):
     self.cfg, self.mesh, self.model = cfg, mesh, model
-    if cfg.loss.kl_coef > 0 and ref_model is None:
+    lora = getattr(model, "lora", None) is not None
+    if lora and ref_model is not None:
+      raise LearnerConfigError("with LoRA adapters the frozen base is the reference policy: pass no ref_model")
+    if cfg.loss.kl_coef > 0 and ref_model is None and not lora:
       raise LearnerConfigError("loss.kl_coef > 0 needs a frozen ref_model")
-    self.graphdef, params, self.rest = nnx.split(model, nnx.Param, ...)
-    if mesh is not None:  # global (multi-process) arrays throughout: non-parameter state replicated
-      self.rest = jax.tree.map(lambda x: put_global(x, parallel.replicated(mesh)), self.rest)
-    self._logical = logical_axes(model)
+    # with adapters only they are trained (and hold optimizer state); the frozen base rides in `rest`
+    self.graphdef, params, rest = nnx.split(model, LoRAParam if lora else nnx.Param, ...)
+    self.rest = self._shard(rest)
     self.params = self._shard(params)
-    self.ref_params = None if ref_model is None else self._shard(nnx.state(ref_model, nnx.Param))
+    if lora:  # zero adapters add an exact 0: the base model's log-probs, with no second copy of it
+      self.ref_params = jax.tree.map(jnp.zeros_like, self.params)
+    else:
+      self.ref_params = None if ref_model is None else self._shard(nnx.state(ref_model, nnx.Param))
     self.opt_state = _init_opt(cfg.optim, self.params)
     self.step = 0
     nnx.update(self.model, self.params)
@@ -152,7 +161,8 @@ class Learner:
     return int(self.opt_state.total_notfinite)
 
   def state(self) -> dict[str, Any]:
-    """Everything an exact resume needs from the learner (see m3jax.checkpoint)."""
+    """Everything an exact resume needs from the learner (see m3jax.checkpoint); with LoRA the params are the
+    adapters alone (the base is reloaded, frozen)."""
     return {"params": self.params, "opt_state": self.opt_state, "step": self.step}
 
   def restore(self, state: dict[str, Any]) -> None:
@@ -181,9 +191,14 @@ class Learner:
     """Places every parameter on the mesh by its `logical` axis names (no-op without a mesh)."""
     if self.mesh is None:  # committed to one device, so restored and fresh arrays hit the same compilation
       return jax.device_put(params, jax.devices()[0])
-    place = lambda v, names: v.replace(put_global(v.get_value(), parallel.named_sharding(
-        self.mesh, names, v.get_value().shape)))
-    return jax.tree.map(place, params, self._logical, is_leaf=lambda x: isinstance(x, nnx.Variable))
+
+    def place(v: nnx.Variable) -> nnx.Variable:  # global (multi-process) arrays; state without axis names replicated
+      names = v.get_metadata().get("logical")
+      sharding = (parallel.replicated(self.mesh) if names is None
+                  else parallel.named_sharding(self.mesh, names, v.get_value().shape))
+      return v.replace(put_global(v.get_value(), sharding))
+
+    return jax.tree.map(place, params, is_leaf=lambda x: isinstance(x, nnx.Variable))
 
   def _put(self, x: np.ndarray) -> jax.Array:
     """[A, M, ...] host rows -> a global array, M sharded over data×fsdp; each process feeds only its rows."""

@@ -26,6 +26,7 @@ from m3jax.agent.prompts import END_OF_TURN
 from m3jax.data.episodes import EpisodeConfig
 from m3jax.data.memory_qa import QARecord, make_task
 from m3jax.data.questions import check_split
+from m3jax.models.lora import LoRAConfig, attach, merged
 from m3jax.rl import advantages as adv_lib
 from m3jax.rl import rollout
 from m3jax.rl.dynamic_sampling import DynamicBatcher, DynamicSamplingConfig, Group
@@ -85,6 +86,12 @@ class RLConfig:
   warm_start_steps: int = 0
   warm_start_questions: int = 16
   warm_start_lr: float = 1e-5
+  # LoRA (`m3jax.models.lora`): > 0 trains rank-`lora_rank` adapters on `lora_targets` (of q k v o gate up down),
+  # scaled by lora_alpha / lora_rank, with the loaded weights frozen (they are also the KL reference policy);
+  # checkpoints then hold only the adapters and their optimizer state. 0 = full fine-tuning
+  lora_rank: int = 0
+  lora_alpha: float = 16.0
+  lora_targets: tuple[str, ...] = LoRAConfig.targets
   eval_every: int = 0  # 0: no held-out evaluation during training
   eval_questions: int = 32
   seed: int = 1
@@ -99,10 +106,15 @@ class RLConfig:
       raise ValueError("steps >= 0, batch_questions, group_size and save_every >= 1 are required")
     if self.warm_start_steps < 0 or self.warm_start_questions < 1 or self.warm_start_lr <= 0:
       raise ValueError("warm_start_steps >= 0, warm_start_questions >= 1 and warm_start_lr > 0 are required")
+    self.lora  # validates the LoRA fields
     if self.judge not in JUDGES:
       raise ValueError(f"judge={self.judge!r}; expected one of {', '.join(JUDGES)}")
     check_split(range(*self.train_seeds), "train")
     check_split(range(*self.eval_seeds), "heldout")
+
+  @property
+  def lora(self) -> LoRAConfig:
+    return LoRAConfig(self.lora_rank, self.lora_alpha, self.lora_targets)
 
 
 class RLProgram:
@@ -118,8 +130,8 @@ class RLProgram:
                        "(multi-process RL rollouts are not implemented)")
     self.cfg = cfg
     self.model, self.tokenizer = _load_model(cfg)
-    # the frozen initial policy (before any warm start) for the KL term
-    self.ref_model = _load_model(cfg)[0] if cfg.learner.loss.kl_coef > 0 else None
+    # the frozen initial policy (before any warm start) for the KL term; with LoRA, the model's own frozen base
+    self.ref_model = _load_model(cfg)[0] if cfg.learner.loss.kl_coef > 0 and not cfg.lora_rank else None
     self.learner = Learner(self.model, cfg.learner, ref_model=self.ref_model)
     embed = make_embedder(cfg.embedder)
     dim = int(np.asarray(embed(["x"])).shape[-1])
@@ -145,7 +157,11 @@ class RLProgram:
     g = c.group_size if group is None else group
     sampling = SamplingConfig(max_new_tokens=c.max_new_tokens, greedy=greedy, temperature=c.temperature,
                               top_p=c.top_p, top_k=c.top_k, stop_token_ids=self.stop_ids, seed=seed)
-    policy = LLMPolicy(Sampler(self.model, sampling, self.tokenizer), self.tokenizer, sampling)
+    # LoRA: decode with the adapters merged into a copy of the weights once per rollout (policy update); on an
+    # AMD EPYC a 4-layer d=256 batch-1 decode step took 1.62 ms merged vs 2.08 ms adapting every projection,
+    # and the merge 12 ms (~25 steps), while a rollout decodes hundreds of steps
+    model = self.model if self.model.lora is None else merged(self.model)
+    policy = LLMPolicy(Sampler(model, sampling, self.tokenizer), self.tokenizer, sampling)
     questions = _questions(records, g)
     trajs = Controller(policy, self.searcher, ControlConfig(max_rounds=c.max_rounds)).run(questions)
     verdicts = self.judge.judge([JudgeItem(t.question, t.ground_truth, t.response) for t in trajs])
@@ -296,14 +312,15 @@ def _load_model(cfg: RLConfig):
   from m3jax.models.weights.gguf import smollm2_path
 
   if cfg.model != "tiny":
-    return load_llm(cfg.model if cfg.model != "smollm2" else DEFAULT_LLM, attention_chunk=cfg.attention_chunk)
+    model, tok = load_llm(cfg.model if cfg.model != "smollm2" else DEFAULT_LLM, attention_chunk=cfg.attention_chunk)
+    return attach(model, cfg.lora, seed=cfg.seed), tok
   tok = load_tokenizer(smollm2_path())
   t = cfg.tiny
   dcfg = DecoderConfig(vocab_size=len(tok), hidden_size=t.hidden_size, intermediate_size=t.intermediate_size,
                        num_layers=t.num_layers, num_heads=t.num_heads, num_kv_heads=t.num_kv_heads,
                        head_dim=t.head_dim, tie_embeddings=True, model_type="llama",
                        attention_chunk=cfg.attention_chunk)
-  return Decoder(dcfg, rngs=nnx.Rngs(cfg.seed)), tok
+  return attach(Decoder(dcfg, rngs=nnx.Rngs(cfg.seed)), cfg.lora, seed=cfg.seed), tok
 
 
 def main(cfg: RLConfig) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import pathlib
 from m3jax.data.episodes import EpisodeConfig
 from m3jax.distributed import DistributedConfig, global_mesh
 from m3jax.models.decoder import DecoderConfig
+from m3jax.models.lora import LoRAConfig, attach
 from m3jax.models.omni.audio import AudioConfig
 from m3jax.models.omni.placeholders import SpecialTokens
 from m3jax.models.omni.processor import ProcessorConfig
@@ -78,11 +79,23 @@ class SFTConfig:
   data_seed: int = 0
   init_seed: int = 0
   train: TrainConfig = TrainConfig()
+  # LoRA on the thinker's language model (`m3jax.models.lora`): > 0 trains rank-`lora_rank` adapters on
+  # `lora_targets` (scaled by lora_alpha / lora_rank) with every other weight frozen; 0 = full fine-tuning
+  lora_rank: int = 0
+  lora_alpha: float = 16.0
+  lora_targets: tuple[str, ...] = LoRAConfig.targets
   progress: bool = True
   # (data, fsdp, tensor) over every process's devices: the batch rows are sharded over data x fsdp and each
   # process feeds its rows; None = one device (a single process only)
   mesh: tuple[int, int, int] | None = None
   distributed: DistributedConfig = DistributedConfig()  # multi-process start-up (m3jax.distributed)
+
+  def __post_init__(self):
+    self.lora  # validates the LoRA fields
+
+  @property
+  def lora(self) -> LoRAConfig:
+    return LoRAConfig(self.lora_rank, self.lora_alpha, self.lora_targets)
 
 
 def _prompt(cfg: SFTConfig) -> str:
@@ -108,6 +121,7 @@ def build(cfg: SFTConfig) -> Trainer:
     tok = _PlainEncoder(hf_tok)
     chat = ChatTokens(hf_tok.convert_tokens_to_ids("<|im_start|>"), hf_tok.convert_tokens_to_ids("<|im_end|>"),
                       tcfg.tokens)
+  attach(model.lm, cfg.lora, seed=cfg.init_seed)
   work = pathlib.Path(cfg.data_dir)
   sources = {"train": sft_data.episode_source(cfg.train_seeds, work / "episodes", cfg.episode),
              "eval": sft_data.episode_source(cfg.eval_seeds, work / "episodes", cfg.episode)}

@@ -23,6 +23,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from m3jax.distributed import put_global
+from m3jax.models.lora import LoRAParam
 from m3jax.models.omni.thinker import Thinker
 from m3jax.models.omni.chat import Batch
 from m3jax.sft.loss import thinker_loss
@@ -122,7 +123,9 @@ class Trainer:
     self.model, self.cfg, self.mesh = model, cfg, mesh
     self.out = pathlib.Path(out_dir)
     self.out.mkdir(parents=True, exist_ok=True)
-    self.graphdef, self.params, self.rest = nnx.split(model, nnx.Param, ...)
+    # with LoRA adapters on the language model only they are trained, checkpointed and hold optimizer state
+    lora = bool(jax.tree.leaves(nnx.state(model, LoRAParam)))
+    self.graphdef, self.params, self.rest = nnx.split(model, LoRAParam if lora else nnx.Param, ...)
     if mesh is not None:  # replicated parameters (data parallel); the batch rows are sharded (place_batch)
       rep = NamedSharding(mesh, P())
       self.params, self.rest = jax.tree.map(lambda x: put_global(x, rep), (self.params, self.rest))
