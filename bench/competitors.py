@@ -18,3 +18,29 @@ def require(modules: dict[str, str]) -> None:
     print(f"{script}: its competitor needs {', '.join(missing)}, not installed in {sys.prefix}; run bench/setup, "
           f"then bench/.venv-bench/bin/python {script}", file=sys.stderr)
     sys.exit(2)
+
+
+# Every benchmark's competitors (import name -> PyPI package), for the check below.
+COMPETITORS = {"torch": "torch", "transformers": "transformers", "tunix": "google-tunix",
+               "resemblyzer": "resemblyzer"}
+
+
+def main() -> None:
+  """`bench/.venv-bench/bin/python bench/competitors.py`: which competitors this interpreter has, and at which
+  versions (run it after bench/setup, before a comparison that depends on them)."""
+  import importlib.metadata
+  import platform
+
+  found = {}
+  for module, package in COMPETITORS.items():
+    try:
+      found[package] = importlib.metadata.version(package) if importlib.util.find_spec(module) else "missing"
+    except importlib.metadata.PackageNotFoundError:
+      found[package] = "missing"
+  print(f"python {platform.python_version()} at {sys.prefix}")
+  print("RESULT " + " ".join(f"{p}={v}" for p, v in found.items())
+        + f" missing={sum(v == 'missing' for v in found.values())}")
+
+
+if __name__ == "__main__":
+  main()
