@@ -34,8 +34,15 @@ class Searcher(Protocol):
 
 @dataclasses.dataclass(frozen=True)
 class ControlConfig:
-  """Loop limits. Retrieval parameters (top-k, threshold) belong to the searcher's own config."""
+  """Loop limits and the protocol's per-round instruction. Retrieval parameters (top-k, threshold) belong to the
+  searcher's own config.
+
+  `inter_turn_instruction=False` leaves the instruction out of every tool-result message (the first user message
+  keeps it, and the last round keeps its must-answer suffix): the paper's "no inter-turn instruction" ablation,
+  and the protocol the shipped controller is trained with, where the repeated ~220-token instruction would be
+  more than a third of every trajectory's tokens on a 2-core CPU for nothing a fine-tuned policy reads."""
   max_rounds: int = 5
+  inter_turn_instruction: bool = True
 
   def __post_init__(self):
     if self.max_rounds < 1:
@@ -129,7 +136,8 @@ class Controller:
     for row in continuing:
       text = search_result_message(results[row])
       trajs[row].rounds[-1].result_text = text
-      messages.append(text + round_suffix(round_index + 1, self.config.max_rounds, questions[row].multiple_choice))
+      messages.append(text + round_suffix(round_index + 1, self.config.max_rounds, questions[row].multiple_choice,
+                                          self.config.inter_turn_instruction))
     return continuing, messages
 
 

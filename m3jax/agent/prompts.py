@@ -81,9 +81,12 @@ def system_message(question: str) -> Message:
   return {"role": "system", "content": SYSTEM_PROMPT.format(question=question)}
 
 
-def round_suffix(round_index: int, max_rounds: int, multiple_choice: bool = False) -> str:
-  """What the reference appends to the last user message before generating round `round_index`."""
+def round_suffix(round_index: int, max_rounds: int, multiple_choice: bool = False, instruction: bool = True) -> str:
+  """What the reference appends to the last user message before generating round `round_index`; without
+  `instruction` (the no-inter-turn-instruction protocol) only the first round gets the instruction."""
   text = INSTRUCTION_MULTIPLE_CHOICE if multiple_choice else INSTRUCTION
+  if not instruction and round_index > 0:
+    text = ""
   if round_index == max_rounds - 1:
     text += LAST_ROUND_SUFFIX
   return text

@@ -59,6 +59,7 @@ class RLConfig:
   batch_questions: int = 4  # groups per training batch
   group_size: int = 2  # G trajectories per question (the reference: 2)
   max_rounds: int = 5
+  inter_turn_instruction: bool = True  # False: the instruction only in the first user message (ControlConfig)
   max_new_tokens: int = 256  # per turn
   temperature: float = 0.6
   top_p: float = 0.95
@@ -113,6 +114,10 @@ class RLConfig:
     check_split(range(*self.eval_seeds), "heldout")
 
   @property
+  def control(self) -> ControlConfig:
+    return ControlConfig(max_rounds=self.max_rounds, inter_turn_instruction=self.inter_turn_instruction)
+
+  @property
   def lora(self) -> LoRAConfig:
     return LoRAConfig(self.lora_rank, self.lora_alpha, self.lora_targets)
 
@@ -163,7 +168,7 @@ class RLProgram:
     model = self.model if self.model.lora is None else merged(self.model)
     policy = LLMPolicy(Sampler(model, sampling, self.tokenizer), self.tokenizer, sampling)
     questions = _questions(records, g)
-    trajs = Controller(policy, self.searcher, ControlConfig(max_rounds=c.max_rounds)).run(questions)
+    trajs = Controller(policy, self.searcher, c.control).run(questions)
     verdicts = self.judge.judge([JudgeItem(t.question, t.ground_truth, t.response) for t in trajs])
     parts = reward_components([float(v.correct) for v in verdicts], [rollout.episode_stats(t) for t in trajs],
                               c.reward)
@@ -207,7 +212,7 @@ class RLProgram:
       records = [self.train_records[order[(step * n + i) % len(order)]] for i in range(n)]
       questions = _questions(records, 1)
       expert = ExpertPolicy(questions, self.tokenizer, c.max_rounds)
-      trajs = Controller(expert, self.searcher, ControlConfig(max_rounds=c.max_rounds)).run(questions)
+      trajs = Controller(expert, self.searcher, c.control).run(questions)
       batch, stats = rollout.build_batch(trajs, n, seq_bucket=c.seq_bucket, max_len=c.max_seq_len,
                                          pad_id=self.pad_id)
       batch["advantages"] = np.zeros_like(batch["mask"])
