@@ -1,16 +1,21 @@
-"""Controller evaluation on held-out memory-QA questions (issue 19, part 4): rules vs untrained vs trained.
+"""Controller evaluation on held-out memory-QA questions (issue 19, part 4): trained vs rules vs untrained.
 
-  python bench/controller_eval.py                        # 96 held-out questions, rules + untrained SmolLM2
-  python bench/controller_eval.py --n 16 --answerers rules,untrained
-  python bench/controller_eval.py --model runs/rl/hf     # adds the trained controller (an HF dir / GGUF)
+  python bench/controller_eval.py                        # 96 held-out questions + the demo's perception-built
+                                                         # memory; trained (shipped adapter), rules, untrained
+  python bench/controller_eval.py --n 16 --answerers rules,untrained --no-demo
+  python bench/controller_eval.py --adapter runs/rl_controller/adapter.npz   # another trained adapter
 
 Questions come from held-out episodes only (seeds >= HELDOUT_SEED_START: unseen graphs, the held-out phrasings
 and the held-out family, see m3jax.data.questions), over gold-memory graphs built the way `train.py rl` builds
-its task (`memory_qa.make_task`). Every answerer is judged by the same `contains` judge, the RL reward's. A decline
-is an answer the same judge accepts against NOT_IN_MEMORY; it is correct on an unanswerable question and a false
-decline on an answerable one. Per answerer: accuracy overall and per type, declines, rounds / searches / format
-errors and seconds per question. The rules answerer has no rounds: it counts the searches it runs.
-Final line: RESULT trained=… rules=… untrained=… n=… (NA where an answerer did not run).
+its task (`memory_qa.make_task`), embedded with MiniLM as the product's memories are. The second table is the
+demo episode memorized end to end (rendered video -> faces, voices, Whisper -> template writer -> graph), asked
+its own questions. Every answerer is judged by the same two judges: `contains` (the RL reward's rule) and `llm`
+(the reference's entailment prompt on the frozen SmolLM2-135M). A decline is an answer the `contains` judge
+accepts against NOT_IN_MEMORY; it is correct on an unanswerable question and a false decline on an answerable
+one. Per answerer: accuracy overall and per type, declines, rounds / searches / format errors and seconds per
+question. The rules answerer has no rounds: it counts the searches it runs.
+Final line: RESULT trained=… rules=… untrained=… n=… trained_llm_judge=… rules_llm_judge=… demo_trained=…
+demo_rules=… (NA where an answerer did not run).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from m3jax.agent.control import Question  # noqa: E402
-from m3jax.agent.judges import JudgeItem, RuleJudge  # noqa: E402
+from m3jax.agent.judges import JudgeItem, RuleJudge, make_judge  # noqa: E402
 from m3jax.data.episodes import QUESTION_TYPES, EpisodeConfig, make_episode  # noqa: E402
 from m3jax.data.memory_qa import make_task  # noqa: E402
 from m3jax.data.questions import FAMILIES, HELDOUT_SEED_START, NOT_IN_MEMORY  # noqa: E402
@@ -67,21 +72,20 @@ class CountingSearcher:
     return self.inner.search(requests)
 
 
-def run_answerer(kind: str, graphs, records, embed, model: str):
-  from m3jax.agent.answer import LLMAnswerer, RuleAnswerer
+def run_answerer(kind: str, graphs, records, embed, base: str, adapter: str | None):
+  from m3jax.agent.demo import make_answerer
 
   questions = [Question(r.question_id, r.question, r.answer, r.memory_id, before_clip=r.before_clip,
                         question_types=r.types) for r in records]
   t0 = time.perf_counter()
+  answerer = make_answerer(kind, graphs, embed, base, adapter)
   if kind == "rules":
-    answerer = RuleAnswerer(graphs, embed)
     answerer.searcher, answerer.names_searcher = (CountingSearcher(answerer.searcher),
                                                   CountingSearcher(answerer.names_searcher))
     answers = answerer.answer(questions)
     stats = {"rounds": 1.0, "searches": (answerer.searcher.requests + answerer.names_searcher.requests) / len(records),
              "format_errors": 0.0}
   else:
-    answerer = LLMAnswerer(graphs, embed, model, constrain_actions=kind == "untrained")
     answers = answerer.answer(questions)
     trajs = answerer.trajectories
     stats = {"rounds": sum(len(t.rounds) for t in trajs) / len(trajs),
@@ -91,7 +95,7 @@ def run_answerer(kind: str, graphs, records, embed, model: str):
   return answers, stats
 
 
-def score(records, answers) -> dict:
+def score(records, answers, llm_judge) -> dict:
   correct = [v.correct for v in JUDGE.judge([JudgeItem(r.question, r.answer, a) for r, a in zip(records, answers)])]
   declined = [v.correct for v in JUDGE.judge([JudgeItem(r.question, NOT_IN_MEMORY, a) for r, a in zip(records, answers)])]
   hits, totals = Counter(), Counter()
@@ -101,8 +105,49 @@ def score(records, answers) -> dict:
       hits[t] += ok
   unans = [d for r, d in zip(records, declined) if r.unanswerable]
   answerable = [d for r, d in zip(records, declined) if not r.unanswerable]
-  return {"accuracy": sum(correct) / len(records), "per_type": {t: (hits[t], totals[t]) for t in totals},
-          "correct_declines": (sum(unans), len(unans)), "false_declines": (sum(answerable), len(answerable))}
+  out = {"accuracy": sum(correct) / len(records), "per_type": {t: (hits[t], totals[t]) for t in totals},
+         "correct_declines": (sum(unans), len(unans)), "false_declines": (sum(answerable), len(answerable))}
+  if llm_judge is not None:
+    verdicts = llm_judge.judge([JudgeItem(r.question, r.answer, a) for r, a in zip(records, answers)])
+    out["llm_judge"] = sum(v.correct for v in verdicts) / len(records)
+  return out
+
+
+def report(kind: str, s: dict, records, answers) -> None:
+  llm = f", llm judge {s['llm_judge']:.3f}" if "llm_judge" in s else ""
+  print(f"[{kind}] accuracy {s['accuracy']:.3f}{llm}; correct declines {s['correct_declines'][0]}/"
+        f"{s['correct_declines'][1]}, false declines {s['false_declines'][0]}/{s['false_declines'][1]}; per question: "
+        f"{s['rounds']:.2f} rounds, {s['searches']:.2f} searches, {s['format_errors']:.2f} format errors, "
+        f"{s['seconds']:.2f} s", flush=True)
+  for t in QUESTION_TYPES:
+    if t in s["per_type"]:
+      h, n = s["per_type"][t]
+      print(f"  {t:32s} {h / n:.3f}  ({h}/{n})")
+  for r, a in list(zip(records, answers))[:3]:
+    print(f"  e.g. {r.question} | truth: {r.answer} | answer: {a[:100]!r}")
+
+
+def demo_task(out_dir: pathlib.Path):
+  """The demo episode memorized end to end (resuming in `out_dir`): (graphs, records, embedder)."""
+  from m3jax.agent.demo import DemoConfig, episode_questions
+  from m3jax.agent.memorize import Memorizer, load_memory
+  from m3jax.agent.perceive import PerceptionModels
+  from m3jax.data.episode_render import render_episode
+  from m3jax.data.memory_qa import QARecord
+
+  cfg = DemoConfig()
+  ep = make_episode(cfg.episode)
+  video = out_dir / f"{ep.id}.mp4"
+  if not video.exists():
+    render_episode(ep, out_dir)
+  models = PerceptionModels.load(cfg.memorize.perception.face_upsample)
+  Memorizer(out_dir / f"{ep.id}_memory", cfg.memorize, models=models).memorize(video, progress=False)
+  graph = load_memory(out_dir / f"{ep.id}_memory")
+  unanswerable = {q["question_id"]: q["unanswerable"] for q in ep.qa_list}
+  records = [QARecord(question_id=q.question_id, question=q.question, answer=q.answer, memory_id=0,
+                      before_clip=q.before_clip, types=q.question_types, family="demo",
+                      unanswerable=unanswerable[q.question_id]) for q in episode_questions(ep)]
+  return [graph], records, models.text
 
 
 def machine() -> str:
@@ -116,49 +161,48 @@ def machine() -> str:
 
 
 def main() -> None:
+  from m3jax.agent.answer import SHIPPED_CONTROLLER
+
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--n", type=int, default=96, help="held-out questions (the issue asks for >= 96)")
-  ap.add_argument("--answerers", default="rules,untrained", help="comma list of rules, untrained, trained")
-  ap.add_argument("--model", default=None, help="the trained controller (load_llm name, HF dir or GGUF); "
-                                                "implies the trained answerer")
-  ap.add_argument("--adapter", default=None, help="a LoRA adapter on top of --model")
-  ap.add_argument("--base", default="smollm2-135m-instruct", help="the untrained base model")
-  ap.add_argument("--embedder", default="hashed", help="as train.py rl: hashed, minilm or *.embedder.json")
+  ap.add_argument("--answerers", default="trained,rules,untrained", help="comma list of trained, rules, untrained")
+  ap.add_argument("--adapter", default=str(SHIPPED_CONTROLLER), help="the trained controller's LoRA adapter file")
+  ap.add_argument("--base", default="smollm2-135m-instruct", help="the base model (trained and untrained)")
+  ap.add_argument("--embedder", default="minilm", help="as train.py rl: minilm, hashed or *.embedder.json")
+  ap.add_argument("--no-llm-judge", action="store_true", help="skip the llm judge column")
+  ap.add_argument("--no-demo", action="store_true", help="skip the perception-built demo memory")
+  ap.add_argument("--demo-dir", default="runs/controller_eval_demo", help="where the demo episode is memorized")
   args = ap.parse_args()
   kinds = [k for k in args.answerers.split(",") if k]
-  if args.model and "trained" not in kinds:
-    kinds.append("trained")
   bad = [k for k in kinds if k not in ("rules", "untrained", "trained")]
-  if bad or ("trained" in kinds and not args.model) or args.n < 1:
-    sys.exit(f"controller_eval: answerers must be rules/untrained/trained (trained needs --model), n >= 1; got "
-             f"{args.answerers!r}, model={args.model!r}, n={args.n}")
-  if args.adapter:
-    sys.exit("controller_eval: LoRA adapters are not loadable in m3jax yet; merge the adapter and pass --model")
+  if bad or args.n < 1 or ("trained" in kinds and not pathlib.Path(args.adapter).is_file()):
+    sys.exit(f"controller_eval: answerers must be rules/untrained/trained (trained needs an --adapter file), "
+             f"n >= 1; got {args.answerers!r}, adapter={args.adapter!r}, n={args.n}")
 
   print(machine(), flush=True)
   embed = make_embedder(args.embedder)
   dim = int(np.asarray(embed(["x"])).shape[-1])
-  graphs, records = heldout_task(args.n, embed, dim)
-  fams = Counter(r.family for r in records)
-  print(f"{len(records)} held-out questions (balanced over families) from {len(graphs)} episodes ({sum(r.unanswerable for r in records)} "
-        f"unanswerable); families: {dict(sorted(fams.items()))}", flush=True)
+  llm_judge = None if args.no_llm_judge else make_judge("llm", args.base)
+  tasks = {"heldout": heldout_task(args.n, embed, dim) + (embed,)}
+  if not args.no_demo:
+    tasks["demo"] = demo_task(pathlib.Path(args.demo_dir))
   results = {}
-  for kind in kinds:
-    model = args.base if kind == "untrained" else args.model
-    answers, stats = run_answerer(kind, graphs, records, embed, model)
-    s = results[kind] = {**score(records, answers), **stats}
-    print(f"[{kind}] accuracy {s['accuracy']:.3f}; correct declines {s['correct_declines'][0]}/"
-          f"{s['correct_declines'][1]}, false declines {s['false_declines'][0]}/{s['false_declines'][1]}; per question: "
-          f"{s['rounds']:.2f} rounds, {s['searches']:.2f} searches, {s['format_errors']:.2f} format errors, "
-          f"{s['seconds']:.2f} s", flush=True)
-    for t in QUESTION_TYPES:
-      if t in s["per_type"]:
-        h, n = s["per_type"][t]
-        print(f"  {t:32s} {h / n:.3f}  ({h}/{n})")
-    for r, a in list(zip(records, answers))[:3]:
-      print(f"  e.g. {r.question} | truth: {r.answer} | answer: {a[:100]!r}")
-  acc = {k: f"{results[k]['accuracy']:.3f}" if k in results else "NA" for k in ("trained", "rules", "untrained")}
-  print(f"RESULT trained={acc['trained']} rules={acc['rules']} untrained={acc['untrained']} n={len(records)}")
+  for task, (graphs, records, task_embed) in tasks.items():
+    fams = Counter(r.family for r in records)
+    print(f"== {task}: {len(records)} questions from {len(graphs)} memories ({sum(r.unanswerable for r in records)} "
+          f"unanswerable); families: {dict(sorted(fams.items()))}", flush=True)
+    for kind in kinds:
+      answers, stats = run_answerer(kind, graphs, records, task_embed, args.base, args.adapter)
+      s = results[task, kind] = {**score(records, answers, llm_judge), **stats}
+      report(kind, s, records, answers)
+  n = len(tasks["heldout"][1])
+
+  def fmt(task, kind, key="accuracy"):
+    return f"{results[task, kind][key]:.3f}" if (task, kind) in results and key in results[task, kind] else "NA"
+  print(f"RESULT trained={fmt('heldout', 'trained')} rules={fmt('heldout', 'rules')} "
+        f"untrained={fmt('heldout', 'untrained')} n={n} trained_llm_judge={fmt('heldout', 'trained', 'llm_judge')} "
+        f"rules_llm_judge={fmt('heldout', 'rules', 'llm_judge')} demo_trained={fmt('demo', 'trained')} "
+        f"demo_rules={fmt('demo', 'rules')} demo_untrained={fmt('demo', 'untrained')}")
 
 
 if __name__ == "__main__":

@@ -2,9 +2,9 @@
 
   m3jax memorize VIDEO --memory DIR [--append] [--writer template|llm|omni [--omni-model DIR]] [--max-clips N]
                 [--config F --set k=v]
-  m3jax ask --memory DIR "question" [--answerer rules|llm [--free-form]] [--before-clip N]
-  m3jax eval ANNOTATIONS.json [--answerer rules|llm] [--limit N] [--output F] [--config F --set k=v]
-  m3jax demo [--config configs/demo.py] [--set answerer=rules ...]
+  m3jax ask --memory DIR "question" [--answerer trained|untrained|rules] [--show-trajectory] [--before-clip N]
+  m3jax eval ANNOTATIONS.json [--answerer trained|llm|rules] [--limit N] [--output F] [--config F --set k=v]
+  m3jax demo [--config configs/demo.py] [--set "answerers=('trained','rules')" ...]
   m3jax chat ["prompt" ...] [--llm DIR|FILE.gguf] [--temperature T]
 
 One function per subcommand (`add_<name>` builds its parser, `run_<name>` runs it); `SUBCOMMANDS` lists them.
@@ -79,11 +79,12 @@ def add_ask(sub) -> None:
   p = sub.add_parser("ask", help="answer a question from a memory directory")
   p.add_argument("question")
   p.add_argument("--memory", required=True)
-  p.add_argument("--answerer", choices=("llm", "rules"), default="rules",
-                 help="rules: deterministic retrieval answers; llm: the control agent on --llm")
-  p.add_argument("--llm", default="smollm2-135m-instruct")
-  p.add_argument("--free-form", action="store_true",
-                 help="with --answerer llm: do not constrain turns to the action format (for trained controllers)")
+  p.add_argument("--answerer", choices=("trained", "untrained", "rules"), default="trained",
+                 help="trained: the shipped controller (SmolLM2-135M + LoRA, the paper's multi-turn protocol); "
+                      "untrained: the prompted base, turns constrained to the action format; rules: deterministic "
+                      "retrieval answers")
+  p.add_argument("--llm", default="smollm2-135m-instruct", help="the controller's base model")
+  p.add_argument("--adapter", default=None, help="with --answerer trained: a LoRA adapter file (default: shipped)")
   p.add_argument("--before-clip", type=int, default=None, help="use only memories of clips <= N")
   p.add_argument("--show-trajectory", action="store_true")
   p.set_defaults(run=run_ask)
@@ -101,11 +102,12 @@ def run_ask(args) -> int:
 
   graph = load_memory(args.memory)
   answerer = make_answerer(args.answerer, [graph], TextEmbedder.from_pretrained(), args.llm,
-                           not args.free_form)  # only the text embedder: no perception model loads
+                           args.adapter)  # only the text embedder: no perception model loads
   answer = answerer.answer([Question("q", args.question, "", 0, before_clip=args.before_clip)])[0]
   if args.show_trajectory and getattr(answerer, "trajectories", None):
-    for r in answerer.trajectories[0].rounds:
-      print(f"[{r.action}] {r.content}")
+    for i, r in enumerate(answerer.trajectories[0].rounds):
+      print(f"round {i + 1}: [{r.action}] {r.content}" + (f"  -> clips {r.retrieved_clips}" if r.action == "search"
+                                                          else ""))
   print(answer if answer else "(no answer)")
   return 0
 
@@ -115,9 +117,10 @@ def add_eval(sub) -> None:
   p = sub.add_parser("eval", help="answer and judge every question of an M3-Bench-format annotation file from "
                                   "the memory directory each video's mem_path names (as memorize / demo write)")
   p.add_argument("annotations", help="{video_id: {mem_path, qa_list}} JSON (the demo writes one per episode)")
-  p.add_argument("--answerer", choices=("llm", "rules"), default=None,
-                 help="rules (default without --config): deterministic retrieval answers; llm: the control loop")
-  p.add_argument("--llm", default=None, help="the controller for --answerer llm (default smollm2-135m-instruct)")
+  p.add_argument("--answerer", choices=("trained", "llm", "rules"), default=None,
+                 help="trained (default without --config): the shipped controller; llm: the control loop on --llm "
+                      "as prompted; rules: deterministic retrieval answers")
+  p.add_argument("--llm", default=None, help="the controller's base model (default smollm2-135m-instruct)")
   p.add_argument("--judge", default=None, help="llm|http|exact|contains|f1|choice (default without --config: "
                                                "contains)")
   p.add_argument("--limit", type=int, default=None, help="evaluate only the first N (>= 1) questions")
@@ -134,7 +137,7 @@ def run_eval(args) -> int:
 
   if args.limit is not None and args.limit < 1:
     raise UserError(f"--limit must be >= 1, got {args.limit}")
-  config = load_config(args.config) if args.config else EvalConfig(answerer="rules", judge="contains")
+  config = load_config(args.config) if args.config else EvalConfig(answerer="trained", judge="contains")
   config = apply_overrides(config, args.overrides)
   flags = {"answerer": args.answerer, "model": args.llm, "judge": args.judge, "limit": args.limit}
   config = dataclasses.replace(config, annotations=args.annotations,

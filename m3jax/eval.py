@@ -44,7 +44,10 @@ class EvalConfig:
   annotations: str = ""
   graphs_dir: str = ""          # "": a question's graph is its mem_path; else graphs_dir / basename(mem_path)
   output: str = "results/eval.jsonl"
-  answerer: str = "llm"         # llm: the control loop on `model`; rules: the deterministic retrieval answerer
+  # trained: the shipped controller (`model` + the LoRA `adapter`, greedy, with the protocol its adapter records);
+  # llm: the control loop on `model` as prompted; rules: the deterministic retrieval answerer
+  answerer: str = "llm"
+  adapter: str = ""             # answerer=trained: a LoRA adapter file ("" = the shipped controller)
   model: str = "smollm2-135m-instruct"   # the control policy: the shipped default, a .gguf or an HF directory
   embedder: str = "minilm"      # "minilm" (m3jax graphs), "hashed" or a *.embedder.json (official-format fixtures)
   judge: str = "llm"            # llm | http | exact | contains | f1 | choice
@@ -68,8 +71,8 @@ class EvalConfig:
   def __post_init__(self):
     if self.judge not in JUDGES:
       raise ValueError(f"EvalConfig.judge must be one of {JUDGES}, got {self.judge!r}")
-    if self.answerer not in ("llm", "rules"):
-      raise ValueError(f"EvalConfig.answerer must be llm or rules, got {self.answerer!r}")
+    if self.answerer not in ("trained", "llm", "rules"):
+      raise ValueError(f"EvalConfig.answerer must be trained, llm or rules, got {self.answerer!r}")
     for name in ("batch_size", "max_rounds", "max_new_tokens", "judge_max_new_tokens"):
       if getattr(self, name) < 1:
         raise ValueError(f"EvalConfig.{name} must be >= 1, got {getattr(self, name)}")
@@ -235,16 +238,23 @@ class RuleController:
 
 
 def build_controller_factory(cfg: EvalConfig, graph_paths: dict[str, pathlib.Path]):
-  """Loads the policy once (`answerer=llm`); loads each graph (`graph_paths[mem_path]`) once and caches it."""
+  """Loads the policy once (`answerer=trained|llm`); loads each graph (`graph_paths[mem_path]`) once and caches it."""
   from m3jax.agent.answer import RuleAnswerer
   from m3jax.agent.policy import LLMPolicy
   from m3jax.memory.search import MemorySearcher, SearchConfig
   from m3jax.models.llm import load_llm
   from m3jax.models.sampling import Sampler
 
-  if cfg.answerer == "llm":
-    model, tok = load_llm(cfg.model)
-    sampling = _sampling(cfg, tok, cfg.max_new_tokens, cfg.greedy)
+  control = ControlConfig(max_rounds=cfg.max_rounds)
+  if cfg.answerer in ("trained", "llm"):
+    max_new_tokens, greedy = cfg.max_new_tokens, cfg.greedy
+    if cfg.answerer == "trained":
+      from m3jax.agent.answer import load_trained_controller
+      model, tok, control, max_new_tokens = load_trained_controller(cfg.model, cfg.adapter or None)
+      greedy = True
+    else:
+      model, tok = load_llm(cfg.model)
+    sampling = _sampling(cfg, tok, max_new_tokens, greedy)
     sampler = Sampler(model, sampling, tok)
   embed = make_embedder(cfg.embedder)
   graphs: dict[str, Any] = {}
@@ -259,7 +269,7 @@ def build_controller_factory(cfg: EvalConfig, graph_paths: dict[str, pathlib.Pat
       return RuleController(RuleAnswerer(batch_graphs, embed)), index
     policy = LLMPolicy(sampler, tok, sampling, reuse_kv=cfg.reuse_kv)
     searcher = MemorySearcher(batch_graphs, embed, SearchConfig())
-    return Controller(policy, searcher, ControlConfig(max_rounds=cfg.max_rounds)), index
+    return Controller(policy, searcher, control), index
   return controller_for
 
 

@@ -168,3 +168,21 @@ def test_multiple_choice_instruction_and_policy_contract(searcher):
   with pytest.raises(ValueError, match="max_rounds"):
     ControlConfig(max_rounds=0)
   assert Controller(policy, searcher).run([]) == []
+
+
+def test_without_inter_turn_instruction_only_the_first_message_carries_it(searcher):
+  """The no-inter-turn-instruction protocol: tool results arrive bare, the last round keeps its must-answer
+  suffix, and the reference protocol (the default) repeats the instruction every round."""
+  scripts = [[S("coffee"), S("Alice"), A("Alice")]]
+  bare = ScriptedPolicy(scripts)
+  Controller(bare, searcher, ControlConfig(max_rounds=3, inter_turn_instruction=False)).run(
+      [Question("q", "Who made the coffee?", "Alice", graph_index=0)])
+  first, second, last = bare.received[0][1:]
+  assert first == "Searched knowledge: {}" + prompts.INSTRUCTION
+  assert second.startswith("Searched knowledge: ") and prompts.INSTRUCTION not in second
+  assert last.endswith(prompts.LAST_ROUND_SUFFIX) and prompts.INSTRUCTION not in last
+  full = ScriptedPolicy(scripts)
+  Controller(full, searcher, ControlConfig(max_rounds=3)).run(
+      [Question("q", "Who made the coffee?", "Alice", graph_index=0)])
+  assert full.received[0][2].endswith(prompts.INSTRUCTION)
+  assert full.received[0][3].endswith(prompts.INSTRUCTION + prompts.LAST_ROUND_SUFFIX)

@@ -172,3 +172,25 @@ def test_bad_lora_settings_are_rejected_by_name(kwargs, field):
   for config in (RLConfig, SFTConfig):
     with pytest.raises(ValueError, match=field):
       config(**{f"lora_{k}": v for k, v in kwargs.items()})
+
+
+def test_adapter_file_round_trips_and_refuses_what_it_cannot_load(tmp_path):
+  """The shippable one-file form: the loaded model gives the trained logits; metadata comes back; an adapter for
+  another base, a file with an unknown array, and a non-adapter file are refused by name."""
+  trained = _randomise_b(lora.attach(Decoder(CFG, rngs=nnx.Rngs(0)), lora.LoRAConfig(rank=4, alpha=8.0,
+                                                                                      targets=("q", "down"))))
+  path = lora.export_adapter_file(tmp_path / "a.npz", trained, {"max_rounds": 3})
+  loaded, info = lora.load_adapter_file(path, Decoder(CFG, rngs=nnx.Rngs(0)), seed=5)
+  assert info["max_rounds"] == 3 and info["rank"] == 4 and info["targets"] == ["q", "down"]
+  np.testing.assert_array_equal(loaded(TOKENS)[0], trained(TOKENS)[0])
+  wider = dataclasses.replace(CFG, intermediate_size=96)
+  with pytest.raises(checkpoint.CheckpointError, match="w_down_a has shape"):
+    lora.load_adapter_file(path, Decoder(wider, rngs=nnx.Rngs(0)))
+  with np.load(path) as z:
+    arrays = dict(z)
+  np.savez(tmp_path / "extra.npz", **arrays, stray=np.zeros(2))
+  with pytest.raises(checkpoint.CheckpointError, match="unused adapter arrays.*stray"):
+    lora.load_adapter_file(tmp_path / "extra.npz", Decoder(CFG, rngs=nnx.Rngs(0)))
+  np.savez(tmp_path / "plain.npz", x=np.zeros(2))
+  with pytest.raises(checkpoint.CheckpointError, match="not an m3jax LoRA adapter"):
+    lora.load_adapter_file(tmp_path / "plain.npz", Decoder(CFG, rngs=nnx.Rngs(0)))

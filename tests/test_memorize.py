@@ -352,11 +352,11 @@ def test_cli_eval_answers_from_the_memory_dirs_of_mem_path(memorized, episode, t
   ann = tmp_path / "ann" / "episode.json"
   ann.parent.mkdir()
   ann.write_text(json.dumps(ep.annotations(str(paths["video"]), os.path.relpath(mem, ann.parent))))
-  assert main(["eval", str(ann), "--limit", "2", "--no-progress"]) == 0
+  assert main(["eval", str(ann), "--answerer", "rules", "--limit", "2", "--no-progress"]) == 0
   out = ann.with_name("episode.rules.jsonl")
   assert len(read_jsonl(out)) == 2 and not out.with_name(out.name + ".partial").exists()
   capsys.readouterr()
-  assert main(["eval", str(ann), "--no-progress"]) == 0
+  assert main(["eval", str(ann), "--answerer", "rules", "--no-progress"]) == 0
   records = read_jsonl(out)
   assert sorted(r["question_id"] for r in records) == sorted(q["question_id"] for q in ep.qa_list)
   who_plan = {q["question_id"] for q in ep.qa_list if q["family"] == "who_plan"}  # "who said they will go ..."

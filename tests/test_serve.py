@@ -59,7 +59,8 @@ class Server:
 
 
 def _config(tmp: pathlib.Path, **kw) -> ServeConfig:
-  base = dict(data_dir=str(tmp / "data"), embedder="hashed", keys_env="", max_wait_ms=20.0, snapshot_every=3,
+  base = dict(data_dir=str(tmp / "data"), embedder="hashed", answerer="retrieval", keys_env="", max_wait_ms=20.0,
+              snapshot_every=3,
               max_body_kb=64, max_upload_mb=0.01, allowed_dirs=(str(tmp / "allowed"),))
   base.update(kw)
   return ServeConfig(**base)

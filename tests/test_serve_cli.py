@@ -17,7 +17,7 @@ ENV = {**os.environ, "M3JAX_SERVE_KEYS": f"alice:{hash_key('k')}", "JAX_PLATFORM
 
 def _serve(tmp_path, *args: str, **kw) -> subprocess.CompletedProcess | subprocess.Popen:
   cmd = [sys.executable, os.path.join(ROOT, "serve.py"), "--set", f"data_dir={tmp_path / 'data'}", "--set",
-         "embedder=hashed", "--set", "keys_file=", *args]
+         "embedder=hashed", "--set", "keys_file=", "--set", "answerer=retrieval", *args]
   if kw.get("background"):
     return subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   return subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)

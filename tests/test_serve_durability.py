@@ -31,7 +31,7 @@ def _start(data: pathlib.Path, port: int, extra: list[str] = ()) -> subprocess.P
   env = {**os.environ, "M3JAX_SERVE_KEYS": f"alice:{hash_key(KEY)}", "JAX_PLATFORMS": "cpu"}
   cmd = [sys.executable, str(ROOT / "serve.py"), "--config", str(ROOT / "configs/serve.py"), "--set",
          f"data_dir={data}", "--set", "keys_file=", "--set", "embedder=hashed", "--set", f"port={port}",
-         "--set", "snapshot_every=3", "--set", "max_wait_ms=1.0", *extra]
+         "--set", "snapshot_every=3", "--set", "max_wait_ms=1.0", "--set", "answerer=retrieval", *extra]
   proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
   deadline = time.time() + 120
   while time.time() < deadline:

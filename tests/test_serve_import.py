@@ -43,7 +43,8 @@ def test_cli_memory_imports_and_serve_retrieves_what_m3jax_ask_answers(tmp_path)
 
   out = io.StringIO()
   with contextlib.redirect_stdout(out):
-    assert cli.main(["ask", "--memory", str(mem), q["question"], "--before-clip", str(q["before_clip"])]) == 0
+    assert cli.main(["ask", "--memory", str(mem), "--answerer", "rules", q["question"], "--before-clip",
+                     str(q["before_clip"])]) == 0
   answer = out.getvalue().strip()
   assert drink in answer.lower(), (q, answer)
 

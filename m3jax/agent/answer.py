@@ -12,6 +12,7 @@ returns no memory, or the question names people and none of them has an id in th
 from __future__ import annotations
 
 import dataclasses
+import pathlib
 import re
 from typing import Callable, Sequence
 
@@ -117,23 +118,47 @@ class RuleAnswerer:
     return [self.answer_one(q) for q in questions]
 
 
+# The shipped controller: SmolLM2-135M-Instruct plus a LoRA adapter trained with `train.py rl`
+# (configs/rl_controller.py; model card beside it). Its metadata names the protocol it was trained with.
+SHIPPED_CONTROLLER = pathlib.Path(__file__).resolve().parents[1] / "data" / "controller" / "controller.npz"
+
+
+def load_trained_controller(llm: str = "smollm2-135m-instruct", adapter: str | pathlib.Path | None = None):
+  """(model with the adapter merged once, tokenizer, ControlConfig, max_new_tokens): a trained controller runs
+  greedily with the protocol (rounds, inter-turn instruction, turn length) its adapter file records, as it was
+  trained and evaluated. `adapter` defaults to the shipped one."""
+  from m3jax.agent.control import ControlConfig
+  from m3jax.models.llm import load_llm
+  from m3jax.models.lora import load_adapter_file, merged
+
+  model, tokenizer = load_llm(llm)
+  model, info = load_adapter_file(adapter or SHIPPED_CONTROLLER, model)
+  control = ControlConfig(max_rounds=int(info.get("max_rounds", 5)),
+                          inter_turn_instruction=bool(info.get("inter_turn_instruction", True)))
+  return merged(model), tokenizer, control, int(info.get("max_new_tokens", 192))
+
+
 class LLMAnswerer:
   """The reference control loop (`Controller`) on a local LLM policy; returns the final answers."""
 
   def __init__(self, graphs, embed_fn: Callable[[Sequence[str]], np.ndarray], llm: str = "smollm2-135m-instruct",
-               max_new_tokens: int = 192, seed: int = 0, constrain_actions: bool = False):
+               max_new_tokens: int = 192, seed: int = 0, constrain_actions: bool = False,
+               adapter: str | pathlib.Path | None = None):
     """`constrain_actions`: decode every turn inside the action format (`ActionConstraints`) — for a weak
-    controller such as the embedded 135M model; a trained controller (which may think first) runs free."""
+    controller such as the embedded 135M model; a trained controller runs free. `adapter`: a LoRA adapter file on
+    top of `llm` (`load_trained_controller`: greedy, its own protocol)."""
     from m3jax.agent.control import ControlConfig, Controller
     from m3jax.agent.policy import ActionConstraints, LLMPolicy
     from m3jax.models.llm import load_llm
     from m3jax.models.sampling import Sampler, SamplingConfig
 
-    model, tokenizer = load_llm(llm)
+    if adapter is not None:
+      model, tokenizer, control, max_new_tokens = load_trained_controller(llm, adapter)
+    else:
+      (model, tokenizer), control = load_llm(llm), ControlConfig()
     stop = tuple(tokenizer.encode("<|im_end|>", add_special_tokens=False)[:1])
-    config = SamplingConfig(max_new_tokens=max_new_tokens, temperature=0.6, top_p=0.95, top_k=20,
-                            stop_token_ids=stop, seed=seed)  # the reference's control sampling
-    control = ControlConfig()
+    config = SamplingConfig(max_new_tokens=max_new_tokens, greedy=adapter is not None, temperature=0.6, top_p=0.95,
+                            top_k=20, stop_token_ids=stop, seed=seed)  # the reference's control sampling
     actions = (ActionConstraints.build(tokenizer, model.cfg.vocab_size, stop, control.max_rounds)
                if constrain_actions else None)
     self.policy = LLMPolicy(Sampler(model, config), tokenizer, config, actions=actions)

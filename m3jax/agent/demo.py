@@ -10,8 +10,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
+import time
 from collections import Counter, defaultdict
-from typing import Any, Literal
+from typing import Any
 
 from m3jax.agent.control import Question
 from m3jax.agent.judges import normalize_answer
@@ -24,19 +25,28 @@ from m3jax.data.questions import NOT_IN_MEMORY
 from m3jax.memory.graph import MemoryGraph
 
 
+ANSWERERS = ("trained", "untrained", "rules")
+
+
 @dataclasses.dataclass(frozen=True)
 class DemoConfig:
   episode: EpisodeConfig = EpisodeConfig(seed=0, num_clips=4, num_characters=2)
   memorize: MemorizeConfig = MemorizeConfig()
-  answerer: Literal["llm", "rules"] = "rules"  # "llm": the SmolLM2-135M controller (slow on CPU)
+  # side by side, the first is the headline: trained = the shipped controller (SmolLM2-135M + its LoRA adapter,
+  # free-form turns), untrained = the same base prompted (turns constrained to the action format), rules = the
+  # deterministic retrieval baseline
+  answerers: tuple[str, ...] = ("trained", "rules", "untrained")
   llm: str = "smollm2-135m-instruct"
-  constrain_actions: bool = True  # answerer=llm: decode turns inside the action format (see ActionConstraints)
+  adapter: str = ""  # the trained controller's adapter file ("" = the shipped one)
+  max_new_tokens: int = 48  # per controller turn (the trained controller's own limit comes from its adapter)
   out_dir: str = "m3jax_demo"
   progress: bool = True
 
   def __post_init__(self):
-    if self.answerer not in ("llm", "rules"):
-      raise ValueError(f"answerer must be 'llm' or 'rules', got {self.answerer!r}")
+    object.__setattr__(self, "answerers", tuple(self.answerers))
+    bad = [a for a in self.answerers if a not in ANSWERERS]
+    if bad or not self.answerers or len(set(self.answerers)) != len(self.answerers):
+      raise ValueError(f"answerers={self.answerers!r}: expected distinct names from {ANSWERERS}")
 
 
 def episode_questions(ep: Episode) -> list[Question]:
@@ -45,12 +55,17 @@ def episode_questions(ep: Episode) -> list[Question]:
 
 
 def make_answerer(kind: str, graphs: list[MemoryGraph], embed_fn, llm: str = "smollm2-135m-instruct",
-                  constrain_actions: bool = True):
-  """The rules or llm answerer over `graphs`; `embed_fn` is the text embedder they were memorized with."""
-  from m3jax.agent.answer import LLMAnswerer, RuleAnswerer
+                  adapter: str | pathlib.Path | None = None, max_new_tokens: int = 48):
+  """An answerer of `ANSWERERS` over `graphs`; `embed_fn` is the text embedder they were memorized with.
+  `adapter` (trained only) defaults to the shipped controller."""
+  from m3jax.agent.answer import SHIPPED_CONTROLLER, LLMAnswerer, RuleAnswerer
+  if kind not in ANSWERERS:
+    raise ValueError(f"answerer {kind!r}; expected one of {ANSWERERS}")
   if kind == "rules":
     return RuleAnswerer(graphs, embed_fn)
-  return LLMAnswerer(graphs, embed_fn, llm, constrain_actions=constrain_actions)
+  if kind == "untrained":
+    return LLMAnswerer(graphs, embed_fn, llm, max_new_tokens=max_new_tokens, constrain_actions=True)
+  return LLMAnswerer(graphs, embed_fn, llm, adapter=adapter or SHIPPED_CONTROLLER)
 
 
 def answer_correct(answer: str, truth: str) -> bool:
@@ -125,27 +140,37 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
                                                                                           progress=config.progress)
   graph = load_memory(memory_dir)
   questions = episode_questions(ep)
-  if config.progress:
-    print(f"answering {len(questions)} questions with the {config.answerer} answerer ...", flush=True)
-  answers = make_answerer(config.answerer, [graph], models.text, config.llm, config.constrain_actions).answer(questions)
+  answers, seconds = {}, {}
+  for kind in config.answerers:
+    if config.progress:
+      print(f"answering {len(questions)} questions with the {kind} answerer ...", flush=True)
+    t0 = time.perf_counter()
+    answerer = make_answerer(kind, [graph], models.text, config.llm, config.adapter or None, config.max_new_tokens)
+    answers[kind] = answerer.answer(questions)
+    seconds[kind] = time.perf_counter() - t0
   return {"episode": ep, "video": video, "memory_dir": memory_dir, "report": report, "questions": questions,
-          "answers": answers, "accuracy": qa_accuracy(questions, answers),
+          "answers": answers, "seconds": seconds,
+          "accuracy": {k: qa_accuracy(questions, a) for k, a in answers.items()},
           "identity": identity_scores(ep, load_observations(memory_dir), graph),
           "characters": graph.characters().mappings}
 
 
 def format_demo(result: dict[str, Any]) -> str:
-  acc = result["accuracy"]
-  lines = [f"{q.question_id}: {q.question}\n  truth: {q.answer}\n  answer: {a}"
-           for q, a in zip(result["questions"], result["answers"])]
-  lines.append("accuracy per question type:")
+  kinds = list(result["answers"])
+  lines = []
+  for i, q in enumerate(result["questions"]):
+    lines.append(f"{q.question_id}: {q.question}\n  truth: {q.answer}")
+    lines += [f"  {k + ':':10s} {result['answers'][k][i]}" for k in kinds]
+  lines.append("accuracy per question type: " + "  ".join(f"{k:>9s}" for k in kinds))
   for t in QUESTION_TYPES + ("all",):
-    if t in acc:
+    if t in result["accuracy"][kinds[0]]:
       n = sum(1 for q in result["questions"] if t == "all" or t in q.question_types)
-      lines.append(f"  {t:32s} {acc[t]:.2f}  ({n} questions)")
-  unanswerable = [answer_correct(a, q.answer) for q, a, raw in
-                  zip(result["questions"], result["answers"], result["episode"].qa_list) if raw["unanswerable"]]
-  lines.append(f"  unanswerable: {sum(unanswerable)} of {len(unanswerable)} declined ({NOT_IN_MEMORY!r})")
+      lines.append(f"  {t + f' ({n})':38s}" + "  ".join(f"{result['accuracy'][k][t]:9.2f}" for k in kinds))
+  unanswerable = [i for i, raw in enumerate(result["episode"].qa_list) if raw["unanswerable"]]
+  declined = {k: sum(answer_correct(result["answers"][k][i], NOT_IN_MEMORY) for i in unanswerable) for k in kinds}
+  lines.append(f"  {f'unanswerable declined (of {len(unanswerable)})':38s}" + "  ".join(f"{declined[k]:9d}"
+                                                                                      for k in kinds))
+  lines.append(f"  {'seconds answering':38s}" + "  ".join(f"{result['seconds'][k]:9.1f}" for k in kinds))
   ident = result["identity"]
   lines.append(f"people: {len(result['characters'])} characters {result['characters']}; identity purity "
                f"{ident['purity']:.2f}, completeness {ident['completeness']:.2f}")

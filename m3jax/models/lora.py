@@ -17,11 +17,13 @@ the base model exactly (B = 0 adds an exact 0), which is how the base doubles as
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import pathlib
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from m3jax import checkpoint
@@ -139,3 +141,60 @@ def restore_adapters(directory: str | pathlib.Path, model: nnx.Module, step: int
   nnx.replace_by_pure_dict(state, arrays)
   nnx.update(model, state)
   return model
+
+
+ADAPTER_FORMAT = "m3jax-lora-1"
+
+
+def export_adapter_file(path: str | pathlib.Path, model: nnx.Module, meta: dict | None = None) -> pathlib.Path:
+  """Writes the adapters as one compressed `.npz` (arrays named `<weight>_a|b`, plus a JSON `__meta__` entry with
+  rank, alpha, targets and `meta`): the shippable form. Unlike an orbax directory it reads from a read-only
+  install (site-packages) and is one file to commit."""
+  lora = getattr(model, "lora", None)
+  if lora is None:
+    raise ValueError("the model has no adapters to export (lora_rank = 0)")
+  arrays = {f"{TARGETS[t][0]}_{ab}": np.asarray(getattr(lora, f"{TARGETS[t][0]}_{ab}")[...])
+            for t in lora.cfg.targets for ab in "ab"}
+  info = {"format": ADAPTER_FORMAT, "rank": lora.cfg.rank, "alpha": lora.cfg.alpha,
+          "targets": list(lora.cfg.targets), **(meta or {})}
+  path = pathlib.Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  with open(path, "wb") as f:
+    np.savez_compressed(f, __meta__=np.frombuffer(json.dumps(info, sort_keys=True).encode(), np.uint8), **arrays)
+  return path
+
+
+def read_adapter_meta(path: str | pathlib.Path) -> dict:
+  """The JSON metadata of an exported adapter file (refuses anything else by name)."""
+  try:
+    with np.load(path) as z:
+      info = json.loads(bytes(z["__meta__"]).decode())
+  except (OSError, ValueError, KeyError) as e:
+    raise checkpoint.CheckpointError(f"{path} is not an m3jax LoRA adapter file: {e}") from e
+  if info.get("format") != ADAPTER_FORMAT:
+    raise checkpoint.CheckpointError(f"{path}: adapter format {info.get('format')!r}, expected {ADAPTER_FORMAT!r}")
+  return info
+
+
+def load_adapter_file(path: str | pathlib.Path, model: nnx.Module, seed: int = 0) -> tuple[nnx.Module, dict]:
+  """Attaches adapters of the file's rank/alpha/targets to `model` and fills them from the file; every array is
+  consumed and shape-checked, or the load fails naming it. Returns (model, metadata)."""
+  info = read_adapter_meta(path)
+  cfg = LoRAConfig(int(info["rank"]), float(info["alpha"]), tuple(info["targets"]))
+  attach(model, cfg, seed=seed)
+  with np.load(path) as z:
+    stored = {k: z[k] for k in z.files if k != "__meta__"}
+  for t in cfg.targets:
+    for ab in "ab":
+      key = f"{TARGETS[t][0]}_{ab}"
+      param = getattr(model.lora, key)
+      if key not in stored:
+        raise checkpoint.CheckpointError(f"{path}: adapter array {key} is missing")
+      value = stored.pop(key)
+      if value.shape != param[...].shape:
+        raise checkpoint.CheckpointError(f"{path}: {key} has shape {value.shape}, the model needs "
+                                         f"{param[...].shape} (another base model?)")
+      param[...] = jnp.asarray(value, param[...].dtype)
+  if stored:
+    raise checkpoint.CheckpointError(f"{path}: unused adapter arrays {sorted(stored)}")
+  return model, info

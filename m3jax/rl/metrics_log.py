@@ -33,8 +33,9 @@ class MetricsLog:
   def close(self) -> None:
     self._tb.close()
 
-  def plot(self, keys: tuple[str, ...] = ("reward/total", "reward/outcome", "train/loss", "train/entropy",
-                                          "train/clip_high", "rollout/response_tokens")) -> pathlib.Path:
+  def plot(self, keys: tuple[str, ...] = ("eval/accuracy", "reward/total", "reward/outcome", "train/loss",
+                                          "train/entropy", "train/clip_high", "rollout/response_tokens")
+           ) -> pathlib.Path:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

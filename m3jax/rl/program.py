@@ -26,7 +26,7 @@ from m3jax.agent.prompts import END_OF_TURN
 from m3jax.data.episodes import EpisodeConfig
 from m3jax.data.memory_qa import QARecord, make_task
 from m3jax.data.questions import check_split
-from m3jax.models.lora import LoRAConfig, attach, merged
+from m3jax.models.lora import LoRAConfig, attach, export_adapter_file, merged
 from m3jax.rl import advantages as adv_lib
 from m3jax.rl import rollout
 from m3jax.rl.dynamic_sampling import DynamicBatcher, DynamicSamplingConfig, Group
@@ -206,8 +206,10 @@ class RLProgram:
     cloner = Learner(self.model, dataclasses.replace(c.learner, loss=loss, optim=optim, epochs=1, mini_batches=1))
     order = np.random.default_rng(c.seed + 1).permutation(len(self.train_records))
     n = c.warm_start_questions
+    from tqdm import tqdm
+
     history = []
-    for step in range(c.warm_start_steps):
+    for step in tqdm(range(c.warm_start_steps), desc="warm start", unit="step"):
       t0 = time.perf_counter()
       records = [self.train_records[order[(step * n + i) % len(order)]] for i in range(n)]
       questions = _questions(records, 1)
@@ -285,9 +287,12 @@ class RLProgram:
       it.set_state(meta["data"])
       start = int(meta["step"])
     log = MetricsLog(out, resume_step=start)
-    if start == 0 and c.warm_start_steps:
+    if start == 0 and (c.warm_start_steps or c.eval_every):
       warm = self.warm_start()
-      log.write(0, {f"warm/{k}": v for k, v in warm[-1].items()})
+      first = {f"warm/{k}": v for k, v in warm[-1].items()} if warm else {}
+      if c.eval_every:  # the policy DAPO starts from: the curve's step 0, so the gain from RL itself shows
+        first["eval/accuracy"] = self.evaluate()
+      log.write(0, first)
     history = []
     for step in tqdm(range(start + 1, c.steps + 1), initial=start, total=c.steps, desc="rl", unit="step"):
       metrics = self.train_step(it, step)
@@ -300,7 +305,16 @@ class RLProgram:
     log.plot()
     log.close()
     ckpt.close()
+    if c.lora_rank:
+      export_adapter_file(out / "adapter.npz", self.model, self.adapter_meta())
     return history
+
+  def adapter_meta(self) -> dict[str, Any]:
+    """What an answerer needs to run the adapter the way it was trained: base model and protocol."""
+    c = self.cfg
+    return {"base_model": c.model, "max_rounds": c.max_rounds, "inter_turn_instruction": c.inter_turn_instruction,
+            "max_new_tokens": c.max_new_tokens, "embedder": c.embedder, "steps": c.steps, "seed": c.seed,
+            "train_seeds": list(c.train_seeds), "warm_start_steps": c.warm_start_steps}
 
 
 def _questions(records: list[QARecord], group: int) -> list[Question]:

@@ -115,18 +115,28 @@ class ControllerAnswerer:
     self.control_config = ControlConfig(max_rounds=max_rounds)
 
   @classmethod
-  def from_llm(cls, llm: str, max_new_tokens: int, max_rounds: int, store: SpaceStore,
-               seed: int = 0) -> "ControllerAnswerer":
-    """With the LLM policy (`m3jax.models.llm.load_llm` name or path) and the reference's control sampling."""
+  def from_llm(cls, llm: str, max_new_tokens: int, max_rounds: int, store: SpaceStore, seed: int = 0,
+               adapter: str | None = None) -> "ControllerAnswerer":
+    """With the LLM policy (`m3jax.models.llm.load_llm` name or path): with `adapter` (a LoRA adapter file, ""
+    = the shipped one) the trained controller, greedy with the protocol its adapter records; without, the
+    prompted model with the reference's control sampling."""
+    from m3jax.agent.answer import load_trained_controller
     from m3jax.agent.policy import LLMPolicy
     from m3jax.models.llm import load_llm
     from m3jax.models.sampling import Sampler, SamplingConfig
 
-    model, tokenizer = load_llm(llm)
+    control = None
+    if adapter is not None:
+      model, tokenizer, control, max_new_tokens = load_trained_controller(llm, adapter or None)
+    else:
+      model, tokenizer = load_llm(llm)
     stop = tuple(tokenizer.encode("<|im_end|>", add_special_tokens=False)[:1])
-    sampling = SamplingConfig(max_new_tokens=max_new_tokens, temperature=0.6, top_p=0.95, top_k=20,
-                              stop_token_ids=stop, seed=seed)
-    return cls(LLMPolicy(Sampler(model, sampling, tokenizer), tokenizer, sampling), max_rounds, store)
+    sampling = SamplingConfig(max_new_tokens=max_new_tokens, greedy=control is not None, temperature=0.6,
+                              top_p=0.95, top_k=20, stop_token_ids=stop, seed=seed)
+    out = cls(LLMPolicy(Sampler(model, sampling, tokenizer), tokenizer, sampling), max_rounds, store)
+    if control is not None:
+      out.control_config = control
+    return out
 
   def __call__(self, items: Sequence[AskItem]) -> list[dict | Exception]:
     from m3jax.agent.control import Controller, Question

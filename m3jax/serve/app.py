@@ -167,8 +167,9 @@ def create_app(config: ServeConfig, keys: KeyRing | None = None, policy=None) ->
   store = SpaceStore(config.data_dir, config.graph, config.search, cache, config.snapshot_every)
   if policy is not None:
     answer = ControllerAnswerer(policy, config.max_rounds, store)
-  elif config.answerer == "controller":
-    answer = ControllerAnswerer.from_llm(config.llm, config.max_new_tokens, config.max_rounds, store)
+  elif config.answerer in ("trained", "controller"):
+    answer = ControllerAnswerer.from_llm(config.llm, config.max_new_tokens, config.max_rounds, store,
+                                         adapter=config.adapter if config.answerer == "trained" else None)
   else:
     answer = RetrievalAnswerer(store)
   batcher = Batcher(answer, config.max_batch, config.max_wait_ms / 1000)

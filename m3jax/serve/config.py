@@ -19,8 +19,11 @@ class ServeConfig:
   keys_file: str = ""                     # lines `tenant:sha256hex` (written by `serve.py add-key`)
   keys_env: str = "M3JAX_SERVE_KEYS"      # same format, comma separated; merged with the file
   embedder: str = "minilm"                # minilm | hashed (bag-of-words; tests) | a fixture `*.embedder.json`
-  answerer: Literal["retrieval", "controller"] = "retrieval"   # controller = the LLM control agent (llm below)
+  # trained: the shipped controller (llm + its LoRA adapter); controller: the llm as prompted; retrieval: the
+  # deterministic rule answerer
+  answerer: Literal["trained", "controller", "retrieval"] = "trained"
   llm: str = "smollm2-135m-instruct"
+  adapter: str = ""                       # answerer=trained: a LoRA adapter file ("" = the shipped controller)
   max_new_tokens: int = 192
   max_rounds: int = 5
   max_batch: int = 64                     # questions per answering batch
@@ -50,8 +53,8 @@ class ServeConfig:
       raise ValueError(f"ServeConfig.port must be in 1..65535, got {self.port}")
     if self.embedder not in ("minilm", "hashed") and not self.embedder.endswith(".embedder.json"):
       raise ValueError(f"ServeConfig.embedder must be minilm, hashed or a *.embedder.json, got {self.embedder!r}")
-    if self.answerer not in ("retrieval", "controller"):
-      raise ValueError(f"ServeConfig.answerer must be retrieval/controller, got {self.answerer!r}")
+    if self.answerer not in ("trained", "controller", "retrieval"):
+      raise ValueError(f"ServeConfig.answerer must be trained/controller/retrieval, got {self.answerer!r}")
     if self.max_batch < 1 or self.max_wait_ms < 0 or self.max_questions_per_request < 1:
       raise ValueError("ServeConfig.max_batch/max_questions_per_request must be >= 1 and max_wait_ms >= 0")
     if self.max_upload_mb <= 0 or self.max_body_kb <= 0 or self.snapshot_every < 1:
