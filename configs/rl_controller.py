@@ -1,15 +1,17 @@
 """python train.py rl --config configs/rl_controller.py --set out_dir=runs/rl_controller
 
 The shipped controller (m3jax/data/controller/controller.npz, model card beside it): SmolLM2-135M-Instruct with
-rank-8 LoRA adapters on every projection, trained on this 2-core CPU in one run: a behaviour-cloning warm start on
-the hindsight expert's trajectories (`m3jax.rl.warm_start`), then DAPO on its own trajectories — token-mean
-loss, clip-higher 0.2/0.28, dynamic sampling (mixed-outcome groups only), no KL term (DAPO drops it), one
-on-policy update per rollout batch so the sampler's log-probs are the old policy's. The protocol is the
-reference's 5-round [Search]/[Answer] loop over search_clip/search_node with the instruction in the first user
-message only (`inter_turn_instruction=False`), which keeps trajectories short enough to train here; the answerer
-reads that setting from the adapter. Training graphs come from episode seeds 0..127 (train split), the curve is
-greedy held-out accuracy (seeds >= 1,000,000: unseen episodes, phrasings and family) every `eval_every` steps,
-step 0 being the warm start alone.
+rank-8 LoRA adapters on every projection, trained on a 2-core CPU by the command above: 14 behaviour-cloning steps
+(16 training questions each, lr 5e-4) on the hindsight expert's trajectories (`m3jax.rl.warm_start`), then
+`steps` DAPO steps. The shipped adapter has steps=0, the warm start alone: a warm-start step costs ~2 min here
+and a DAPO step (4 questions x G=4 rollouts + the update) ~5 min, so the DAPO stage did not fit the session that
+trained it. `--set steps=50 --set eval_every=5` continues with it: token-mean loss, clip-higher 0.2/0.28,
+dynamic sampling (mixed-outcome groups only), no KL term (DAPO drops it), one on-policy update per rollout batch
+so the sampler's log-probs are the old policy's, the held-out curve every 5 steps (step 0 = the warm start).
+The protocol is the reference's 5-round [Search]/[Answer] loop over search_clip/search_node with the instruction
+in the first user message only (`inter_turn_instruction=False`), which keeps trajectories short enough to train
+here; the answerer reads that setting from the adapter. Training graphs come from episode seeds 0..127 (train
+split: train phrasings and families only).
 """
 
 from m3jax.rl.dynamic_sampling import DynamicSamplingConfig
@@ -22,8 +24,8 @@ def get_config() -> RLConfig:
   return RLConfig(
       model="smollm2-135m-instruct", embedder="minilm", train_seeds=(0, 128), eval_seeds=(1_000_000, 1_000_008),
       lora_rank=8, lora_alpha=16.0, seed=1,
-      warm_start_steps=24, warm_start_questions=16, warm_start_lr=5e-4,
-      steps=50, batch_questions=4, group_size=4, max_rounds=5, inter_turn_instruction=False, max_new_tokens=48,
+      warm_start_steps=14, warm_start_questions=16, warm_start_lr=5e-4,
+      steps=0, batch_questions=4, group_size=4, max_rounds=5, inter_turn_instruction=False, max_new_tokens=48,
       temperature=0.6, top_p=0.95, top_k=20, judge="contains", advantage="grpo", recompute_old_logp=False,
       seq_bucket=128, max_seq_len=2048,
       sampling=DynamicSamplingConfig(enabled=True, max_rounds=2, carry_over=False),
@@ -31,4 +33,4 @@ def get_config() -> RLConfig:
                             optim=OptimConfig(lr=3e-5, schedule="constant", weight_decay=0.0, grad_clip=1.0),
                             temperature=0.6, epochs=1, mini_batches=1, micro_batch=2, remat=False,
                             layer_loop="scan"),
-      eval_every=5, eval_questions=24, out_dir="runs/rl_controller", save_every=1)
+      eval_every=0, eval_questions=24, out_dir="runs/rl_controller", save_every=1)
