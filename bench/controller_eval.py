@@ -28,7 +28,7 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from m3jax.agent.control import Question  # noqa: E402
-from m3jax.agent.judges import JudgeItem, RuleJudge  # noqa: E402
+from m3jax.agent.judges import RuleJudge, score_answers  # noqa: E402
 from m3jax.data.episodes import QUESTION_TYPES  # noqa: E402
 from m3jax.data.memory_qa import heldout_questions, make_task  # noqa: E402
 from m3jax.data.questions import HELDOUT_SEED_START, NOT_IN_MEMORY  # noqa: E402
@@ -79,20 +79,6 @@ def run_answerer(kind: str, graphs, records, embed, model: str):
   return answers, stats
 
 
-def score(records, answers) -> dict:
-  correct = [v.correct for v in JUDGE.judge([JudgeItem(r.question, r.answer, a) for r, a in zip(records, answers)])]
-  declined = [v.correct for v in JUDGE.judge([JudgeItem(r.question, NOT_IN_MEMORY, a) for r, a in zip(records, answers)])]
-  hits, totals = Counter(), Counter()
-  for r, ok in zip(records, correct):
-    for t in r.types:
-      totals[t] += 1
-      hits[t] += ok
-  unans = [d for r, d in zip(records, declined) if r.unanswerable]
-  answerable = [d for r, d in zip(records, declined) if not r.unanswerable]
-  return {"accuracy": sum(correct) / len(records), "per_type": {t: (hits[t], totals[t]) for t in totals},
-          "correct_declines": (sum(unans), len(unans)), "false_declines": (sum(answerable), len(answerable))}
-
-
 def machine() -> str:
   try:
     out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
@@ -134,7 +120,7 @@ def main() -> None:
   for kind in kinds:
     model = args.base if kind == "untrained" else args.model
     answers, stats = run_answerer(kind, graphs, records, embed, model)
-    s = results[kind] = {**score(records, answers), **stats}
+    s = results[kind] = {**score_answers(JUDGE, records, answers), **stats}
     print(f"[{kind}] accuracy {s['accuracy']:.3f}; correct declines {s['correct_declines'][0]}/"
           f"{s['correct_declines'][1]}, false declines {s['false_declines'][0]}/{s['false_declines'][1]}; per question: "
           f"{s['rounds']:.2f} rounds, {s['searches']:.2f} searches, {s['format_errors']:.2f} format errors, "

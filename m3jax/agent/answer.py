@@ -47,10 +47,12 @@ def _strip_tags(text: str) -> str:
 class RuleAnswerer:
   """Deterministic answers from the top search hits of one graph (see module docstring)."""
 
-  def __init__(self, graphs, embed_fn: Callable[[Sequence[str]], np.ndarray], candidates: int = 6):
+  def __init__(self, graphs, embed_fn: Callable[[Sequence[str]], np.ndarray], candidates: int = 6,
+               search: SearchConfig = ASK_SEARCH):
+    """`search`: the tools' settings (an ablation such as `no_semantic` applies to every search it runs)."""
     self.embed_fn = embed_fn
-    self.searcher = MemorySearcher(graphs, embed_fn, dataclasses.replace(ASK_SEARCH, node_topk=candidates))
-    self.names_searcher = MemorySearcher(graphs, embed_fn, dataclasses.replace(ASK_SEARCH, node_topk=5))
+    self.searcher = MemorySearcher(graphs, embed_fn, dataclasses.replace(search, node_topk=candidates))
+    self.names_searcher = MemorySearcher(graphs, embed_fn, dataclasses.replace(search, node_topk=5))
 
   def _top(self, q: Question, query: str, k: int = 1) -> str | None:
     """The best `k` memories for the query, joined. The search (restricted to the people the query names)
@@ -120,24 +122,27 @@ class RuleAnswerer:
 class LLMAnswerer:
   """The reference control loop (`Controller`) on a local LLM policy; returns the final answers."""
 
-  def __init__(self, graphs, embed_fn: Callable[[Sequence[str]], np.ndarray], llm: str = "smollm2-135m-instruct",
-               max_new_tokens: int = 192, seed: int = 0, constrain_actions: bool = False):
-    """`constrain_actions`: decode every turn inside the action format (`ActionConstraints`) — for a weak
-    controller such as the embedded 135M model; a trained controller (which may think first) runs free."""
+  def __init__(self, graphs, embed_fn: Callable[[Sequence[str]], np.ndarray], llm="smollm2-135m-instruct",
+               max_new_tokens: int = 192, seed: int = 0, constrain_actions: bool = False, searcher=None,
+               control=None, greedy: bool = False):
+    """`llm`: a load_llm name/path or a loaded (model, tokenizer) pair. `constrain_actions`: decode every turn
+    inside the action format (`ActionConstraints`) — for a weak controller such as the embedded 135M model; a
+    trained controller (which may think first) runs free. `searcher`: the search tools (default: the graphs'
+    `MemorySearcher`; any `control.Searcher`, e.g. a memory design's). `control`: the loop's `ControlConfig`."""
     from m3jax.agent.control import ControlConfig, Controller
     from m3jax.agent.policy import ActionConstraints, LLMPolicy
     from m3jax.models.llm import load_llm
     from m3jax.models.sampling import Sampler, SamplingConfig
 
-    model, tokenizer = load_llm(llm)
+    model, tokenizer = load_llm(llm) if isinstance(llm, str) else llm
     stop = tuple(tokenizer.encode("<|im_end|>", add_special_tokens=False)[:1])
     config = SamplingConfig(max_new_tokens=max_new_tokens, temperature=0.6, top_p=0.95, top_k=20,
-                            stop_token_ids=stop, seed=seed)  # the reference's control sampling
-    control = ControlConfig()
+                            stop_token_ids=stop, seed=seed, greedy=greedy)  # the reference's control sampling
+    control = control or ControlConfig()
     actions = (ActionConstraints.build(tokenizer, model.cfg.vocab_size, stop, control.max_rounds)
                if constrain_actions else None)
     self.policy = LLMPolicy(Sampler(model, config), tokenizer, config, actions=actions)
-    self.controller = Controller(self.policy, MemorySearcher(graphs, embed_fn, ASK_SEARCH), control)
+    self.controller = Controller(self.policy, searcher or MemorySearcher(graphs, embed_fn, ASK_SEARCH), control)
     self.trajectories = []
 
   def answer(self, questions: Sequence[Question]) -> list[str]:

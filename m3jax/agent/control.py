@@ -34,8 +34,11 @@ class Searcher(Protocol):
 
 @dataclasses.dataclass(frozen=True)
 class ControlConfig:
-  """Loop limits. Retrieval parameters (top-k, threshold) belong to the searcher's own config."""
+  """Loop limits. Retrieval parameters (top-k, threshold) belong to the searcher's own config.
+  `inter_turn_instruction=False` leaves the per-round instruction out of every tool-result message (the paper's
+  ablation); the first user message keeps it, so the policy still learns the format once."""
   max_rounds: int = 5
+  inter_turn_instruction: bool = True
 
   def __post_init__(self):
     if self.max_rounds < 1:
@@ -129,7 +132,8 @@ class Controller:
     for row in continuing:
       text = search_result_message(results[row])
       trajs[row].rounds[-1].result_text = text
-      messages.append(text + round_suffix(round_index + 1, self.config.max_rounds, questions[row].multiple_choice))
+      suffix = round_suffix(round_index + 1, self.config.max_rounds, questions[row].multiple_choice)
+      messages.append(text + suffix if self.config.inter_turn_instruction else text)
     return continuing, messages
 
 
