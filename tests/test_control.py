@@ -168,3 +168,16 @@ def test_multiple_choice_instruction_and_policy_contract(searcher):
   with pytest.raises(ValueError, match="max_rounds"):
     ControlConfig(max_rounds=0)
   assert Controller(policy, searcher).run([]) == []
+
+
+def test_without_inter_turn_instruction_the_tool_result_is_bare(searcher):
+  """The ablation leaves the instruction out of every tool-result message, and only there."""
+  q = Question("n1", "Who made the coffee?", "Alice", graph_index=0)
+  for with_instruction in (True, False):
+    policy = ScriptedPolicy([[S("coffee"), A("Alice")]])
+    Controller(policy, searcher, ControlConfig(max_rounds=2, inter_turn_instruction=with_instruction)).run([q])
+    first, result = policy.received[0][1], policy.received[0][2]
+    assert first.endswith(prompts.INSTRUCTION)
+    assert result.startswith("Searched knowledge: {")
+    assert result.endswith(prompts.INSTRUCTION + prompts.LAST_ROUND_SUFFIX) == with_instruction
+    assert (prompts.INSTRUCTION in result) == with_instruction
