@@ -1,5 +1,6 @@
 """The full ablation table (hours on this CPU, minutes on an accelerator): SmolLM2-135M-Instruct as the controller,
-96 held-out questions, the LLM answering every row, GRPO / DAPO / TAURA with LoRA from one warm start over 3 seeds.
+96 held-out questions, the LLM answering every row, GRPO / DAPO / TAURA with LoRA from one warm start over 3 seeds,
+and the no-semantic-memory row also on one 4-clip episode memorized from its video by the real perception.
 
   python -m m3jax.ablate --config configs/ablate.py
   python -m m3jax.ablate --config configs/ablate.py --set trained_adapter=runs/rl/adapters   # the RL row
@@ -25,4 +26,5 @@ def get_config() -> AblateConfig:
                             temperature=0.6, epochs=1, mini_batches=2, micro_batch=4, remat=True,
                             layer_loop="scan"))
   return AblateConfig(out_dir="runs/ablate", questions=96, judge="contains", memory_answerer="llm",
-                      max_rounds=5, max_new_tokens=192, rl=rl, rl_seeds=(1, 2, 3))
+                      max_rounds=5, max_new_tokens=192, rl=rl, rl_seeds=(1, 2, 3),
+                      perception_seeds=(1_000_000,))

@@ -37,8 +37,8 @@ import numpy as np
 from m3jax.agent.judges import HTTPJudgeConfig, make_judge, score_answers
 from m3jax.config import add_config_args, apply_overrides, load_config
 from m3jax.data.episodes import EpisodeConfig
-from m3jax.data.memory_qa import episode_clips, heldout_questions
-from m3jax.data.questions import HELDOUT_SEED_START
+from m3jax.data.memory_qa import episode_clips, episode_records, heldout_questions
+from m3jax.data.questions import HELDOUT_SEED_START, check_split
 from m3jax.errors import Interrupted, UserError, run_cli
 from m3jax.memory.designs import DesignError, DesignSearcher, design_class, load_design, make_design
 from m3jax.memory.graph import GraphConfig
@@ -84,6 +84,11 @@ class AblateConfig:
   rl: RLConfig = RLConfig()  # the base controller (rl.model) and the budget every RL row trains with
   algorithms: tuple[str, ...] = ("grpo", "dapo", "taura")
   rl_seeds: tuple[int, ...] = (1, 2, 3)
+  # the "no semantic memory" row also on these held-out episodes, rendered and memorized from their video by the
+  # real perception and the template writer (as `m3jax memorize`), each asked its own questions; () = none
+  perception_seeds: tuple[int, ...] = ()
+  perception_episode: EpisodeConfig = EpisodeConfig(num_clips=4)
+  perception_face_fps: float = 0.5
   rows: tuple[str, ...] = ROWS
   plot: bool = True
 
@@ -101,6 +106,7 @@ class AblateConfig:
     if self.embedder != self.rl.embedder:
       raise ValueError(f"AblateConfig.embedder={self.embedder!r} but rl.embedder={self.rl.embedder!r}: the RL rows "
                        "would be trained on another retrieval than they are evaluated on")
+    check_split(self.perception_seeds, "heldout")
     for name in self.designs:
       try:
         design_class(name)
@@ -120,11 +126,13 @@ class EvalSpec:
   answerer: str = "llm"  # llm | rules
   controller: str = "base"  # base | trained | warm | rl-ALGO-seedS
   instruction: bool = True
+  source: str = "gold"  # gold: the held-out questions over gold memories; perception: the perception-built episodes
 
   @property
   def key(self) -> str:
     llm = f"-{self.controller}" if self.answerer == "llm" else ""
-    return f"{design_key(self.design, self.options)}-{self.answerer}{llm}{'' if self.instruction else '-no_instruction'}"
+    tail = ("" if self.instruction else "-no_instruction") + ("" if self.source == "gold" else f"-{self.source}")
+    return f"{design_key(self.design, self.options)}-{self.answerer}{llm}{tail}"
 
 
 def design_key(name: str, options: tuple[tuple[str, Any], ...]) -> str:
@@ -161,6 +169,7 @@ class Ablation:
     self.computed: list[str] = []  # evaluation keys this process ran (the rest came from out_dir)
     self._models: dict[str, Any] = {}
     self._warm = None
+    self._perception = None
 
   # ------------------------------------------------------------------------------------------- resume
   def _check_resume(self) -> None:
@@ -210,6 +219,40 @@ class Ablation:
       design.save(path)
       out.append(design)
     return out
+
+  def perception_task(self):
+    """(graphs, records, text embedder) of the perception-built episodes: each rendered and memorized once under
+    out_dir/perception/SEED (the memorizer resumes a killed run), asked its own questions."""
+    from m3jax.agent.memorize import MemorizeConfig, Memorizer, load_memory
+    from m3jax.agent.perceive import PerceptionConfig, PerceptionModels
+    from m3jax.data.episode_render import render_episode
+    from m3jax.data.episodes import make_episode
+    if self._perception is None:
+      c = self.cfg
+      models = PerceptionModels.load()
+      config = MemorizeConfig(perception=PerceptionConfig(face_fps=c.perception_face_fps))
+      graphs, records = [], []
+      for i, seed in enumerate(c.perception_seeds):
+        ep = make_episode(dataclasses.replace(c.perception_episode, seed=seed))
+        root = self.out / "perception" / str(seed)
+        if not (root / f"{ep.id}.mp4").exists():
+          render_episode(ep, root)
+        Memorizer(root / "memory", config, models=models).memorize(root / f"{ep.id}.mp4", progress=self.progress)
+        graphs.append(load_memory(root / "memory"))
+        records += episode_records(i, ep.qa_list)
+      self._perception = graphs, records, models.text
+    return self._perception
+
+  def memory(self, spec: EvalSpec):
+    """(designs, records, text embedder) an evaluation answers over."""
+    if spec.source == "gold":
+      return self.designs(spec.design, spec.options), self.records, self.embed
+    graphs, records, embed = self.perception_task()
+    designs = []
+    for g in graphs:
+      designs.append(make_design("m3_graph", embed, **dataclasses.asdict(g.config), **dict(spec.options)))
+      designs[-1].graph = g
+    return designs, records, embed
 
   # ------------------------------------------------------------------------------------------ controllers
   def model(self, which: str):
@@ -276,20 +319,20 @@ class Ablation:
     from m3jax.agent.answer import LLMAnswerer, RuleAnswerer
     from m3jax.agent.control import ControlConfig, Question
     c = self.cfg
-    designs = self.designs(spec.design, spec.options)
+    designs, records, embed = self.memory(spec)
     questions = [Question(r.question_id, r.question, r.answer, r.memory_id, before_clip=r.before_clip,
-                          question_types=r.types) for r in self.records]
+                          question_types=r.types) for r in records]
     t0 = time.perf_counter()
     if spec.answerer == "rules":
       if spec.design != "m3_graph":
         return {"na": f"n/a: the rules answerer searches by character id (search_node), which {spec.design} "
                       "cannot answer"}
-      answerer = RuleAnswerer([d.graph for d in designs], self.embed, search=designs[0].search_config)
+      answerer = RuleAnswerer([d.graph for d in designs], embed, search=designs[0].search_config)
       answers = answerer.answer(questions)
       stats: dict[str, Any] = {}
     else:
       searcher = DesignSearcher(designs)
-      answerer = LLMAnswerer(None, self.embed, self.model(spec.controller), max_new_tokens=c.max_new_tokens,
+      answerer = LLMAnswerer(None, embed, self.model(spec.controller), max_new_tokens=c.max_new_tokens,
                              constrain_actions=c.constrain_base and spec.controller == "base", searcher=searcher,
                              control=ControlConfig(c.max_rounds, spec.instruction), greedy=c.greedy)
       answers = answerer.answer(questions)
@@ -297,7 +340,7 @@ class Ablation:
       stats = {"rounds": sum(len(t.rounds) for t in trajs) / len(trajs),
                "format_errors": sum(r.action == "format_error" for t in trajs for r in t.rounds) / len(trajs),
                "searches": dict(searcher.requests), "unsupported_searches": dict(searcher.unsupported)}
-    return {**score_answers(self.judge, self.records, answers), **stats, "answers": answers,
+    return {**score_answers(self.judge, records, answers), **stats, "answers": answers,
             "seconds_per_question": (time.perf_counter() - t0) / len(questions)}
 
   # ------------------------------------------------------------------------------------------ rows

@@ -83,6 +83,13 @@ def build_rows(ab: "Ablation") -> list[Row]:
     if rid in want:
       add(_single(ab, Row(rid, label, change, PAPER.get(rid, "(report)")), EvalSpec(options=opts, answerer=mem),
                   base))
+  if "no_semantic" in want and cfg.perception_seeds:
+    where = f"perception-built episodes {', '.join(map(str, cfg.perception_seeds))}, their own questions"
+    built = add(_single(ab, Row("no_semantic:perception_base", "M3 graph (perception-built)", where, "—"),
+                        EvalSpec(answerer=mem, source="perception")))
+    add(_single(ab, Row("no_semantic:perception", "no semantic memory (perception-built)",
+                        f"episodic memories only; {where}", PAPER["no_semantic"]),
+                EvalSpec(options=(("ablation", "no_semantic"),), answerer=mem, source="perception"), built))
   if "designs" in want:
     for name in cfg.designs:
       add(_single(ab, Row(f"designs:{name}", f"memory design: {name}", f"{name} instead of the M3 graph", "—"),

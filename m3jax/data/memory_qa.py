@@ -75,7 +75,8 @@ def episode_graph(seed: int, embed_fn: Callable[[Sequence[str]], np.ndarray], te
   return design.graph, qa
 
 
-def _records(memory_id: int, qa: list[dict]) -> list[QARecord]:
+def episode_records(memory_id: int, qa: list[dict]) -> list[QARecord]:
+  """The records of one episode's qa_list, asked over memory `memory_id`."""
   return [QARecord(q["question_id"], q["question"], q["answer"], tuple(q["type"]), memory_id, q.get("before_clip"),
                    q["family"], q["unanswerable"]) for q in qa]
 
@@ -91,7 +92,7 @@ def make_task(seeds: Sequence[int], embed_fn: Callable[[Sequence[str]], np.ndarr
   for memory_id, seed in enumerate(seeds):
     graph, qa = episode_graph(seed, embed_fn, text_dim, episode)
     graphs.append(graph)
-    records.extend(_records(memory_id, qa))
+    records.extend(episode_records(memory_id, qa))
   return graphs, records
 
 
@@ -104,7 +105,7 @@ def heldout_questions(n: int, first_seed: int = HELDOUT_SEED_START,
   seeds, records = [], []
   while len(records) < 4 * n:
     seeds.append(first_seed + len(seeds))
-    records += _records(len(seeds) - 1, make_episode(dataclasses.replace(episode, seed=seeds[-1])).qa_list)
+    records += episode_records(len(seeds) - 1, make_episode(dataclasses.replace(episode, seed=seeds[-1])).qa_list)
   families = [list(FAMILIES)[i] for i in np.random.default_rng(0).permutation(len(FAMILIES))]  # types mixed
   by_family = {f: [r for r in records if r.family == f] for f in families}
   picked: list[QARecord] = []
