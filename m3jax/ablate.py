@@ -49,12 +49,14 @@ ALGORITHMS = {
     "grpo": "group-normalised advantages, symmetric clip (clip_high = clip_low), seq-mean-token-mean, every group "
             "trained (no dynamic sampling)",
     "dapo": "group-normalised advantages, clip-higher (rl.learner.loss), token-mean, dynamic sampling of "
-            "mixed-outcome groups",
+            "mixed-outcome groups (up to rl.sampling.max_rounds generation rounds per step: more rollouts, the "
+            "same number of updates)",
     "taura": "DAPO with TAURA token advantages (entropy and turn weighted)",
 }
 # The paper's deltas, points (robot / web / VideoMME-long), or what it reports instead
-PAPER = {"no_semantic": "−17.1 / −19.2 / −13.1", "rl": "+10.0 / +8.0 / +9.3", "no_instruction": "−10.5 / −5.8 / −5.9",
-         "no_reasoning": "−11.7 / −8.8 / −9.5", "grpo": "DAPO > GRPO", "dapo": "DAPO > GRPO"}
+PAPER = {"no_semantic": "−17.1 / −19.2 / −13.1", "rl": "+10.0 / +8.0 / +9.3",
+         "no_instruction": "−10.5 / −5.8 / −5.9", "no_reasoning": "−11.7 / −8.8 / −9.5",
+         "grpo": "DAPO > GRPO", "dapo": "DAPO > GRPO"}
 ROWS = ("base", "no_semantic", "no_equivalence", "reference_mode", "designs", "prompting", "rl", "no_instruction",
         "no_reasoning", "warm_start", "grpo", "dapo", "taura")
 

@@ -1,5 +1,6 @@
 """`python -m m3jax.ablate --config configs/ablate_tiny.py`: table, PNG and JSON in out_dir, and a rerun resumes."""
 
+import dataclasses
 import json
 import pathlib
 
@@ -70,3 +71,15 @@ def test_another_config_in_the_same_out_dir_is_refused(first, capsys):
     Ablation(tiny(out, "questions=4"), progress=False)
   assert run_cli(main, ["--config", str(TINY), "--set", f"out_dir={out}", "--set", "rl_seeds=(1,2)"]) == 2
   assert "the RL rows need >= 3 distinct seeds" in capsys.readouterr().err
+
+
+def test_a_trained_adapter_fills_the_prompting_vs_rl_row(tmp_path):
+  from m3jax.models.lora import save_adapters
+  from m3jax.rl.program import load_model
+  cfg = tiny(tmp_path / "out", "rows=('rl',)", f"trained_adapter={tmp_path / 'adapter'}", "trained_lora_rank=2")
+  model, _ = load_model(dataclasses.replace(cfg.rl, lora_rank=2, lora_alpha=cfg.trained_lora_alpha))
+  save_adapters(tmp_path / "adapter", model)
+  result = Ablation(cfg, progress=False).run()
+  row, = [r for r in result["rows"] if r["id"] == "rl"]
+  assert row["value"] is not None and row["vs"] == "prompting" and row["evals"] == ["m3_graph-llm-trained"]
+  assert sorted(result["computed"]) == ["m3_graph-llm-base", "m3_graph-llm-trained"]
