@@ -258,27 +258,26 @@ class Ablation:
 
   # ------------------------------------------------------------------------------------------ controllers
   def model(self, which: str):
-    """(model, tokenizer) of the base controller, the trained one, the shared warm start or an RL run's result."""
-    from m3jax.models.lora import merged, restore_adapters
+    """(model, tokenizer) of the base controller, the trained one, the shared warm start or an RL run's result,
+    ready to decode (LoRA adapters merged). RL runs' policies are used once and not kept."""
+    from m3jax.models.lora import restore_adapters
     from m3jax.rl.program import load_model
+    if which.startswith("rl-"):
+      return self.train(which)
     if which not in self._models:
       c = self.cfg
       if which == "base":
-        self._models[which] = load_model(c.rl)
+        model, tok = load_model(c.rl)
       elif which == "trained":
         rl = dataclasses.replace(c.rl, model=c.trained_model or c.rl.model,
                                  lora_rank=c.trained_lora_rank if c.trained_adapter else 0,
                                  lora_alpha=c.trained_lora_alpha)
         model, tok = load_model(rl)
         if c.trained_adapter:
-          model = merged(restore_adapters(c.trained_adapter, model))
-        self._models[which] = (model, tok)
-      elif which == "warm":
-        program = self.warm_program()
-        model = program.model
-        self._models[which] = (merged(model) if model.lora is not None else model, program.tokenizer)
+          model = restore_adapters(c.trained_adapter, model)
       else:
-        self._models[which] = self.train(which)
+        model, tok = self.warm_program().model, self.warm_program().tokenizer
+      self._models[which] = (_decoding(model), tok)
     return self._models[which]
 
   def warm_program(self):
@@ -296,7 +295,6 @@ class Ablation:
     from flax import nnx
 
     from m3jax import checkpoint
-    from m3jax.models.lora import merged
     from m3jax.rl.learner import Learner
     from m3jax.rl.program import RLProgram
     _, algorithm, seed = which.split("-")
@@ -310,8 +308,7 @@ class Ablation:
       nnx.update(program.model, start)
       program.learner = Learner(program.model, program.cfg.learner, ref_model=program.ref_model)
     program.run()
-    model = program.model
-    return merged(model) if model.lora is not None else model, program.tokenizer
+    return _decoding(program.model), program.tokenizer
 
   # ------------------------------------------------------------------------------------------ evaluation
   def evaluate(self, spec: EvalSpec) -> dict:
@@ -350,6 +347,12 @@ class Ablation:
     from m3jax.ablate_report import build_rows, write_outputs
     rows = build_rows(self)
     return write_outputs(self, rows)
+
+
+def _decoding(model):
+  """The model to decode with: LoRA adapters folded into a copy of the weights (as RLProgram's rollouts do)."""
+  from m3jax.models.lora import merged
+  return merged(model) if getattr(model, "lora", None) is not None else model
 
 
 def has_thinking_step(model: str) -> bool:
