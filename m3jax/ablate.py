@@ -290,6 +290,13 @@ class Ablation:
 
   def train(self, which: str):
     """Trains RL run `rl-ALGO-seedS` from the shared warm start (resuming its checkpoint); returns its policy."""
+    program = self.rl_program(which)
+    program.run()
+    return _decoding(program.model), program.tokenizer
+
+  def rl_program(self, which: str):
+    """The RLProgram of run `rl-ALGO-seedS`, holding the shared warm start's parameters unless its checkpoint
+    exists (then `run` restores that)."""
     import jax
     import jax.numpy as jnp
     from flax import nnx
@@ -307,8 +314,7 @@ class Ablation:
       start = jax.tree.map(lambda x: jnp.array(np.asarray(x)), nnx.state(self.warm_program().model, nnx.Param))
       nnx.update(program.model, start)
       program.learner = Learner(program.model, program.cfg.learner, ref_model=program.ref_model)
-    program.run()
-    return _decoding(program.model), program.tokenizer
+    return program
 
   # ------------------------------------------------------------------------------------------ evaluation
   def evaluate(self, spec: EvalSpec) -> dict:

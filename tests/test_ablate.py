@@ -86,15 +86,15 @@ def test_a_trained_adapter_fills_the_prompting_vs_rl_row(tmp_path):
 
 
 def test_every_rl_run_starts_from_the_shared_warm_start(tmp_path):
-  """A run of 0 steps is exactly the warm start, whatever its seed (the tiny model's own init depends on it)."""
+  """A fresh run starts exactly at the warm start, whatever its seed (the tiny model's own init depends on it)."""
   import jax
   import numpy as np
   from flax import nnx
 
   from m3jax.rl.program import load_model
-  ab = Ablation(tiny(tmp_path, "rl.steps=0"), progress=False)
+  ab = Ablation(tiny(tmp_path), progress=False)
   warm = jax.tree.leaves(nnx.state(ab.warm_program().model, nnx.Param))
   own = jax.tree.leaves(nnx.state(load_model(dataclasses.replace(ab.cfg.rl, seed=2))[0], nnx.Param))
-  run = jax.tree.leaves(nnx.state(ab.model("rl-grpo-seed2")[0], nnx.Param))
+  run = jax.tree.leaves(nnx.state(ab.rl_program("rl-grpo-seed2").model, nnx.Param))
   assert len(run) == len(warm) and all(np.array_equal(a, b) for a, b in zip(warm, run))
   assert not all(np.array_equal(a, b) for a, b in zip(warm, own))
