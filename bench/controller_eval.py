@@ -33,32 +33,20 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from m3jax.agent.control import Question  # noqa: E402
-from m3jax.agent.judges import JudgeItem, RuleJudge, make_judge  # noqa: E402
-from m3jax.data.episodes import QUESTION_TYPES, EpisodeConfig, make_episode  # noqa: E402
-from m3jax.data.memory_qa import make_task  # noqa: E402
-from m3jax.data.questions import FAMILIES, HELDOUT_SEED_START, NOT_IN_MEMORY  # noqa: E402
+from m3jax.agent.judges import JudgeItem, RuleJudge, make_judge, score_answers  # noqa: E402
+from m3jax.data.episodes import QUESTION_TYPES, make_episode  # noqa: E402
+from m3jax.data.memory_qa import heldout_questions, make_task  # noqa: E402
+from m3jax.data.questions import HELDOUT_SEED_START  # noqa: E402
 from m3jax.eval import make_embedder  # noqa: E402
 
 JUDGE = RuleJudge("contains")
 
 
 def heldout_task(n: int, embed, dim: int, first_seed: int = HELDOUT_SEED_START):
-  """`n` questions balanced over families (round-robin in a fixed shuffled family order, in each family the
-  script's order) from consecutive held-out episodes: a plain prefix would be mostly single-fact questions, the
-  two-fact families being rarer in 3-clip episodes. Returns (graphs, records); graphs cover every episode drawn."""
-  seeds, count = [], 0
-  while count < 4 * n:
-    seeds.append(first_seed + len(seeds))
-    count += len(make_episode(EpisodeConfig(seed=seeds[-1])).qa_list)
-  graphs, records = make_task(seeds, embed, dim, split="heldout")
-  families = [list(FAMILIES)[i] for i in np.random.default_rng(0).permutation(len(FAMILIES))]  # types mixed
-  by_family = {f: [r for r in records if r.family == f] for f in families}
-  picked: list = []
-  while len(picked) < n:
-    for f in families:
-      if by_family[f] and len(picked) < n:
-        picked.append(by_family[f].pop(0))
-  return graphs, picked
+  """`n` family-balanced held-out questions (`memory_qa.heldout_questions`) and the graphs of every episode drawn."""
+  seeds, records = heldout_questions(n, first_seed)
+  graphs, _ = make_task(seeds, embed, dim, split="heldout")
+  return graphs, records
 
 
 class CountingSearcher:
@@ -96,17 +84,7 @@ def run_answerer(kind: str, graphs, records, embed, base: str, adapter: str | No
 
 
 def score(records, answers, llm_judge) -> dict:
-  correct = [v.correct for v in JUDGE.judge([JudgeItem(r.question, r.answer, a) for r, a in zip(records, answers)])]
-  declined = [v.correct for v in JUDGE.judge([JudgeItem(r.question, NOT_IN_MEMORY, a) for r, a in zip(records, answers)])]
-  hits, totals = Counter(), Counter()
-  for r, ok in zip(records, correct):
-    for t in r.types:
-      totals[t] += 1
-      hits[t] += ok
-  unans = [d for r, d in zip(records, declined) if r.unanswerable]
-  answerable = [d for r, d in zip(records, declined) if not r.unanswerable]
-  out = {"accuracy": sum(correct) / len(records), "per_type": {t: (hits[t], totals[t]) for t in totals},
-         "correct_declines": (sum(unans), len(unans)), "false_declines": (sum(answerable), len(answerable))}
+  out = score_answers(JUDGE, records, answers)
   if llm_judge is not None:
     verdicts = llm_judge.judge([JudgeItem(r.question, r.answer, a) for r, a in zip(records, answers)])
     out["llm_judge"] = sum(v.correct for v in verdicts) / len(records)

@@ -13,7 +13,7 @@ LAYERS = {
     "distributed": 0,
     "perception": 1, "data": 1,
     "agent": 2,
-    "rl": 3, "sft": 3, "serve": 3, "eval": 3, "eval_report": 3,
+    "rl": 3, "sft": 3, "serve": 3, "eval": 3, "eval_report": 3, "ablate": 3, "ablate_report": 3,
     "cli": 4,
 }
 

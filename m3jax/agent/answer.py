@@ -48,10 +48,12 @@ def _strip_tags(text: str) -> str:
 class RuleAnswerer:
   """Deterministic answers from the top search hits of one graph (see module docstring)."""
 
-  def __init__(self, graphs, embed_fn: Callable[[Sequence[str]], np.ndarray], candidates: int = 6):
+  def __init__(self, graphs, embed_fn: Callable[[Sequence[str]], np.ndarray], candidates: int = 6,
+               search: SearchConfig = ASK_SEARCH):
+    """`search`: the tools' settings (an ablation such as `no_semantic` applies to every search it runs)."""
     self.embed_fn = embed_fn
-    self.searcher = MemorySearcher(graphs, embed_fn, dataclasses.replace(ASK_SEARCH, node_topk=candidates))
-    self.names_searcher = MemorySearcher(graphs, embed_fn, dataclasses.replace(ASK_SEARCH, node_topk=5))
+    self.searcher = MemorySearcher(graphs, embed_fn, dataclasses.replace(search, node_topk=candidates))
+    self.names_searcher = MemorySearcher(graphs, embed_fn, dataclasses.replace(search, node_topk=5))
 
   def _top(self, q: Question, query: str, k: int = 1) -> str | None:
     """The best `k` memories for the query, joined. The search (restricted to the people the query names)
@@ -141,12 +143,14 @@ def load_trained_controller(llm: str = "smollm2-135m-instruct", adapter: str | p
 class LLMAnswerer:
   """The reference control loop (`Controller`) on a local LLM policy; returns the final answers."""
 
-  def __init__(self, graphs, embed_fn: Callable[[Sequence[str]], np.ndarray], llm: str = "smollm2-135m-instruct",
-               max_new_tokens: int = 192, seed: int = 0, constrain_actions: bool = False,
-               adapter: str | pathlib.Path | None = None):
-    """`constrain_actions`: decode every turn inside the action format (`ActionConstraints`) — for a weak
-    controller such as the embedded 135M model; a trained controller runs free. `adapter`: a LoRA adapter file on
-    top of `llm` (`load_trained_controller`: greedy, its own protocol)."""
+  def __init__(self, graphs, embed_fn: Callable[[Sequence[str]], np.ndarray], llm="smollm2-135m-instruct",
+               max_new_tokens: int = 192, seed: int = 0, constrain_actions: bool = False, searcher=None,
+               control=None, greedy: bool = False, adapter: str | pathlib.Path | None = None):
+    """`llm`: a load_llm name/path or a loaded (model, tokenizer) pair. `constrain_actions`: decode every turn
+    inside the action format (`ActionConstraints`) — for a weak controller such as the embedded 135M model; a
+    trained controller runs free. `searcher`: the search tools (default: the graphs' `MemorySearcher`; any
+    `control.Searcher`, e.g. a memory design's). `control`: the loop's `ControlConfig`. `adapter`: a LoRA adapter
+    file on top of `llm` (`load_trained_controller`: greedy, with the protocol the adapter records)."""
     from m3jax.agent.control import ControlConfig, Controller
     from m3jax.agent.policy import ActionConstraints, LLMPolicy
     from m3jax.models.llm import load_llm
@@ -154,15 +158,17 @@ class LLMAnswerer:
 
     if adapter is not None:
       model, tokenizer, control, max_new_tokens = load_trained_controller(llm, adapter)
+      greedy = True
     else:
-      (model, tokenizer), control = load_llm(llm), ControlConfig()
+      model, tokenizer = load_llm(llm) if isinstance(llm, str) else llm
+      control = control or ControlConfig()
     stop = tuple(tokenizer.encode("<|im_end|>", add_special_tokens=False)[:1])
-    config = SamplingConfig(max_new_tokens=max_new_tokens, greedy=adapter is not None, temperature=0.6, top_p=0.95,
-                            top_k=20, stop_token_ids=stop, seed=seed)  # the reference's control sampling
+    config = SamplingConfig(max_new_tokens=max_new_tokens, temperature=0.6, top_p=0.95, top_k=20,
+                            stop_token_ids=stop, seed=seed, greedy=greedy)  # the reference's control sampling
     actions = (ActionConstraints.build(tokenizer, model.cfg.vocab_size, stop, control.max_rounds)
                if constrain_actions else None)
     self.policy = LLMPolicy(Sampler(model, config), tokenizer, config, actions=actions)
-    self.controller = Controller(self.policy, MemorySearcher(graphs, embed_fn, ASK_SEARCH), control)
+    self.controller = Controller(self.policy, searcher or MemorySearcher(graphs, embed_fn, ASK_SEARCH), control)
     self.trajectories = []
 
   def answer(self, questions: Sequence[Question]) -> list[str]:

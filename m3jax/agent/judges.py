@@ -23,6 +23,7 @@ from typing import Callable, Literal, Protocol, Sequence
 
 from m3jax.agent.parsing import choice_letter
 from m3jax.agent.prompts import Message, judge_messages
+from m3jax.data.questions import NOT_IN_MEMORY
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,3 +233,22 @@ def make_judge(kind: str, judge_model: str = "smollm2-135m-instruct", http: HTTP
   stops = tuple(dict.fromkeys(ids[0] for ids in encoded if len(ids) == 1))
   sampling = SamplingConfig(max_new_tokens=max_new_tokens, greedy=True, stop_token_ids=stops)
   return LocalLLMJudge(ChatCompleter(Sampler(model, sampling, tok), tok, sampling))
+
+
+def score_answers(judge: Judge, records: Sequence, answers: Sequence[str]) -> dict:
+  """Accuracy of `answers` to `records` (each with .question, .answer, .types, .unanswerable) under `judge`,
+  per question type, and the declines: an answer the same judge accepts against NOT_IN_MEMORY is a decline,
+  correct on an unanswerable question and false on an answerable one. `correct` keeps the per-question verdicts."""
+  correct = [v.correct for v in judge.judge([JudgeItem(r.question, r.answer, a) for r, a in zip(records, answers)])]
+  declined = [v.correct for v in judge.judge([JudgeItem(r.question, NOT_IN_MEMORY, a)
+                                              for r, a in zip(records, answers)])]
+  hits, totals = Counter(), Counter()
+  for r, ok in zip(records, correct):
+    for t in r.types:
+      totals[t] += 1
+      hits[t] += ok
+  unans = [d for r, d in zip(records, declined) if r.unanswerable]
+  answerable = [d for r, d in zip(records, declined) if not r.unanswerable]
+  return {"accuracy": sum(correct) / len(records), "correct": [bool(c) for c in correct],
+          "per_type": {t: (hits[t], totals[t]) for t in totals},
+          "correct_declines": (sum(unans), len(unans)), "false_declines": (sum(answerable), len(answerable))}

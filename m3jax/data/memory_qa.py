@@ -17,7 +17,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from m3jax.data.episodes import EpisodeConfig, make_episode, render_gold
-from m3jax.data.questions import check_split
+from m3jax.data.questions import FAMILIES, HELDOUT_SEED_START, check_split
+from m3jax.memory.designs import ClipPerception, make_design
 from m3jax.memory.graph import GraphConfig, MemoryGraph
 
 
@@ -41,23 +42,43 @@ def _unit_rows(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
   return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
+def episode_clips(seed: int, episode: EpisodeConfig = EpisodeConfig(), face_dim: int = 512,
+                  voice_dim: int = 192) -> tuple[list[ClipPerception], list[dict]]:
+  """(the clips of episode `seed` as a memory design sees them, the episode's qa_list): every character's face and
+  voice (seeded random unit embeddings) are new entities of the first clip, face then voice per character, so a
+  design that numbers nodes from 0 in creation order gives them the ids the gold memories' tags use."""
+  ep = make_episode(dataclasses.replace(episode, seed=int(seed)))
+  rng = np.random.default_rng(int(seed))
+  entities, face_ids, voice_ids = [], {}, {}
+  for c in ep.characters:
+    face_ids[c.name], voice_ids[c.name] = len(entities), len(entities) + 1
+    entities += [("face", _unit_rows(rng, 1, face_dim)), ("voice", _unit_rows(rng, 1, voice_dim))]
+  clips = []
+  for i, clip in enumerate(sorted(ep.gold_memories)):
+    gold = ep.gold_memories[clip]
+    clips.append(ClipPerception(clip, tuple(render_gold(s, face_ids, voice_ids) for s in gold["episodic"]),
+                                tuple(render_gold(s, face_ids, voice_ids) for s in gold["semantic"]),
+                                tuple(entities) if i == 0 else ()))
+  return clips, [dict(q) for q in ep.qa_list]
+
+
 def episode_graph(seed: int, embed_fn: Callable[[Sequence[str]], np.ndarray], text_dim: int,
                   episode: EpisodeConfig = EpisodeConfig(),
                   graph_config: GraphConfig | None = None) -> tuple[MemoryGraph, list[dict]]:
   """(graph of episode `seed` with its gold memories, the episode's qa_list); `graph_config` defaults to
   GraphConfig(text_dim=text_dim)."""
-  ep = make_episode(dataclasses.replace(episode, seed=int(seed)))
-  graph = MemoryGraph(graph_config or GraphConfig(text_dim=text_dim))
-  rng = np.random.default_rng(int(seed))
-  face_ids, voice_ids = {}, {}
-  for c in ep.characters:
-    face_ids[c.name] = graph.add_entity("face", _unit_rows(rng, 1, graph.config.face_dim))
-    voice_ids[c.name] = graph.add_entity("voice", _unit_rows(rng, 1, graph.config.voice_dim))
-  for clip in sorted(ep.gold_memories):
-    gold = ep.gold_memories[clip]
-    graph.add_clip(clip, [render_gold(s, face_ids, voice_ids) for s in gold["episodic"]],
-                   [render_gold(s, face_ids, voice_ids) for s in gold["semantic"]], embed_fn)
-  return graph, [dict(q) for q in ep.qa_list]
+  config = graph_config or GraphConfig(text_dim=text_dim)
+  clips, qa = episode_clips(seed, episode, config.face_dim, config.voice_dim)
+  design = make_design("m3_graph", embed_fn, **dataclasses.asdict(config))
+  for clip in clips:
+    design.update(clip)
+  return design.graph, qa
+
+
+def episode_records(memory_id: int, qa: list[dict]) -> list[QARecord]:
+  """The records of one episode's qa_list, asked over memory `memory_id`."""
+  return [QARecord(q["question_id"], q["question"], q["answer"], tuple(q["type"]), memory_id, q.get("before_clip"),
+                   q["family"], q["unanswerable"]) for q in qa]
 
 
 def make_task(seeds: Sequence[int], embed_fn: Callable[[Sequence[str]], np.ndarray], text_dim: int,
@@ -71,6 +92,25 @@ def make_task(seeds: Sequence[int], embed_fn: Callable[[Sequence[str]], np.ndarr
   for memory_id, seed in enumerate(seeds):
     graph, qa = episode_graph(seed, embed_fn, text_dim, episode)
     graphs.append(graph)
-    records.extend(QARecord(q["question_id"], q["question"], q["answer"], tuple(q["type"]), memory_id,
-                            q.get("before_clip"), q["family"], q["unanswerable"]) for q in qa)
+    records.extend(episode_records(memory_id, qa))
   return graphs, records
+
+
+def heldout_questions(n: int, first_seed: int = HELDOUT_SEED_START,
+                      episode: EpisodeConfig = EpisodeConfig()) -> tuple[list[int], list[QARecord]]:
+  """(episode seeds, `n` questions balanced over families): round-robin in a fixed shuffled family order, in each
+  family the script's order, from consecutive held-out episodes (memory id = position in the seeds). WHY balanced:
+  a plain prefix would be mostly single-fact questions, the two-fact families being rarer in 3-clip episodes."""
+  check_split([first_seed], "heldout")
+  seeds, records = [], []
+  while len(records) < 4 * n:
+    seeds.append(first_seed + len(seeds))
+    records += episode_records(len(seeds) - 1, make_episode(dataclasses.replace(episode, seed=seeds[-1])).qa_list)
+  families = [list(FAMILIES)[i] for i in np.random.default_rng(0).permutation(len(FAMILIES))]  # types mixed
+  by_family = {f: [r for r in records if r.family == f] for f in families}
+  picked: list[QARecord] = []
+  while len(picked) < n:
+    for f in families:
+      if by_family[f] and len(picked) < n:
+        picked.append(by_family[f].pop(0))
+  return seeds, picked

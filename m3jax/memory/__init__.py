@@ -6,6 +6,7 @@ Public seam:
   SearchConfig, MemorySearcher        search.py   batched search_clip / search_node in one jitted call
   ScannIndex, attach_scann            index.py    approximate retrieval backend for large graphs
   MemoryConfig                        config.py   graph + search settings (configs/memory.py)
+  make_design, MemoryDesign, ...      designs/    memory designs as programs (the graph and baselines), by name
 """
 
 from m3jax.memory.graph import GraphConfig, GraphError, MemoryGraph

@@ -134,9 +134,9 @@ class RLProgram:
       raise ValueError(f"train.py rl runs its rollouts in one process; {jax.process_count()} processes joined "
                        "(multi-process RL rollouts are not implemented)")
     self.cfg = cfg
-    self.model, self.tokenizer = _load_model(cfg)
+    self.model, self.tokenizer = load_model(cfg)
     # the frozen initial policy (before any warm start) for the KL term; with LoRA, the model's own frozen base
-    self.ref_model = _load_model(cfg)[0] if cfg.learner.loss.kl_coef > 0 and not cfg.lora_rank else None
+    self.ref_model = load_model(cfg)[0] if cfg.learner.loss.kl_coef > 0 and not cfg.lora_rank else None
     self.learner = Learner(self.model, cfg.learner, ref_model=self.ref_model)
     embed = make_embedder(cfg.embedder)
     dim = int(np.asarray(embed(["x"])).shape[-1])
@@ -322,7 +322,7 @@ def _questions(records: list[QARecord], group: int) -> list[Question]:
                    question_types=r.types) for r in records for k in range(group)]
 
 
-def _load_model(cfg: RLConfig):
+def load_model(cfg: RLConfig):
   from flax import nnx
 
   from m3jax.models.decoder import Decoder, DecoderConfig

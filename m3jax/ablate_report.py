@@ -1,0 +1,191 @@
+"""The rows of `m3jax.ablate` from its evaluations, and their outputs: markdown table, PNG, JSON.
+
+A row's number is an accuracy on the shared held-out questions with an error bar: the standard error over
+questions (sqrt(p(1-p)/n)) for one evaluation, the sample std over seeds for the RL rows (mean ± std). Its delta
+is in points against the row it ablates (the memory base, the controller it modifies, or the RL start), printed
+beside the paper's. A row that cannot run says why instead of a number.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from m3jax.ablate import ALGORITHMS, PAPER, EvalSpec, has_thinking_step
+
+if TYPE_CHECKING:
+  from m3jax.ablate import Ablation
+
+
+@dataclasses.dataclass
+class Row:
+  id: str
+  label: str
+  change: str
+  paper: str = "(report)"
+  value: float | None = None
+  err: float | None = None
+  err_kind: str = ""
+  n: int = 0
+  delta: float | None = None  # points vs `vs`
+  vs: str = ""
+  note: str = ""
+  evals: list[str] = dataclasses.field(default_factory=list)
+
+
+def _single(ab: "Ablation", row: Row, spec: EvalSpec, vs: Row | None = None) -> Row:
+  result = ab.evaluate(spec)
+  row.evals = [spec.key]
+  if "na" in result:
+    row.note = result["na"]
+    return row
+  p, n = result["accuracy"], len(result["correct"])
+  row.value, row.err, row.err_kind, row.n = p, math.sqrt(p * (1 - p) / n), "standard error over questions", n
+  unsupported = result.get("unsupported_searches", {}).get("node", 0)
+  if unsupported:
+    total = sum(result["searches"].values())
+    row.note = (f"no search_node: {unsupported} of {total} searches asked for it and got the empty result; "
+                + row.note).rstrip("; ")
+  return _delta(row, vs)
+
+
+def _delta(row: Row, vs: Row | None) -> Row:
+  if vs is not None and vs.value is not None and row.value is not None:
+    row.delta, row.vs = 100.0 * (row.value - vs.value), vs.id
+  return row
+
+
+def build_rows(ab: "Ablation") -> list[Row]:
+  cfg = ab.cfg
+  want = set(cfg.rows)
+  rows: list[Row] = []
+  mem = cfg.memory_answerer
+
+  def add(row: Row) -> Row:
+    if row.id in want or row.id.split(":")[0] in want:
+      rows.append(row)
+    return row
+
+  base = None
+  if want & {"base", "no_semantic", "no_equivalence", "reference_mode", "designs"}:
+    base = add(_single(ab, Row("base", "M3 graph (memory base)", f"paper mode, {mem} answerer", "—"),
+                       EvalSpec(answerer=mem)))
+  for rid, label, change, opts in (
+      ("no_semantic", "no semantic memory", "episodic memories only", (("ablation", "no_semantic"),)),
+      ("no_equivalence", "no equivalences / character merging", "face and voice ids stay separate",
+       (("ablation", "no_equivalence"),)),
+      ("reference_mode", "reference graph mode", "mode='reference' (±2 voting, union merge) vs paper",
+       (("mode", "reference"),))):
+    if rid in want:
+      add(_single(ab, Row(rid, label, change, PAPER.get(rid, "(report)")), EvalSpec(options=opts, answerer=mem),
+                  base))
+  if "no_semantic" in want and cfg.perception_seeds:
+    where = f"perception-built episodes {', '.join(map(str, cfg.perception_seeds))}, their own questions"
+    built = add(_single(ab, Row("no_semantic:perception_base", "M3 graph (perception-built)", where, "—"),
+                        EvalSpec(answerer=mem, source="perception")))
+    add(_single(ab, Row("no_semantic:perception", "no semantic memory (perception-built)",
+                        f"episodic memories only; {where}", PAPER["no_semantic"]),
+                EvalSpec(options=(("ablation", "no_semantic"),), answerer=mem, source="perception"), built))
+  if "designs" in want:
+    for name in cfg.designs:
+      add(_single(ab, Row(f"designs:{name}", f"memory design: {name}", f"{name} instead of the M3 graph", "—"),
+                  EvalSpec(design=name, answerer=mem), base))
+
+  prompting = None
+  if want & {"prompting", "rl", "no_instruction", "warm_start", *ALGORITHMS}:
+    prompting = add(_single(ab, Row("prompting", "prompting (untrained base)", f"{cfg.rl.model}, no training", "—"),
+                            EvalSpec(controller="base")))
+  trained = None
+  if "rl" in want:
+    row = Row("rl", "prompting vs RL", "the trained controller vs the untrained base", PAPER["rl"])
+    if cfg.trained:
+      trained = add(_single(ab, row, EvalSpec(controller="trained"), prompting))
+    else:
+      row.note = "no trained controller configured (set trained_model and/or trained_adapter)"
+      add(row)
+  if "no_instruction" in want:
+    who = "trained" if cfg.trained else "base"
+    ref = trained if cfg.trained else prompting
+    if ref is None:
+      ref = _single(ab, Row(who, who, ""), EvalSpec(controller=who))
+    add(_single(ab, Row("no_instruction", "no inter-turn instruction",
+                        f"the per-round instruction left out of the tool-result message ({who} controller)",
+                        PAPER["no_instruction"]), EvalSpec(controller=who, instruction=False), ref))
+  if "no_reasoning" in want:
+    model = cfg.trained_model or cfg.rl.model
+    note = ("n/a: no-thinking evaluation is not implemented" if has_thinking_step(model)
+            else f"n/a: model has no thinking step ({model})")
+    add(Row("no_reasoning", "no reasoning", "the controller answers without its thinking step",
+            PAPER["no_reasoning"], note=note))
+  start = prompting
+  if cfg.rl.warm_start_steps and want & {"warm_start", *cfg.algorithms}:
+    start = add(_single(ab, Row("warm_start", "warm start (RL rows' start)",
+                                f"{cfg.rl.warm_start_steps} behaviour-cloning steps on the base", "—"),
+                        EvalSpec(controller="warm"), prompting))
+  for algorithm in cfg.algorithms:
+    if algorithm in want:
+      add(_rl_row(ab, algorithm, start))
+  return rows
+
+
+def _rl_row(ab: "Ablation", algorithm: str, start: Row | None) -> Row:
+  cfg = ab.cfg
+  specs = [EvalSpec(controller=f"rl-{algorithm}-seed{s}") for s in cfg.rl_seeds]
+  accs = [ab.evaluate(spec)["accuracy"] for spec in specs]
+  rl = cfg.rl
+  row = Row(algorithm, algorithm.upper(), f"{rl.steps} steps × {rl.batch_questions} questions × G={rl.group_size} "
+            f"from the shared start: {ALGORITHMS[algorithm]}", PAPER.get(algorithm, "(report)"),
+            value=float(np.mean(accs)), err=float(np.std(accs, ddof=1)), err_kind="std over seeds",
+            n=len(ab.records), evals=[s.key for s in specs],
+            note="seeds " + ", ".join(f"{s}: {a:.3f}" for s, a in zip(cfg.rl_seeds, accs)))
+  return _delta(row, start)
+
+
+def format_table(rows: list[Row]) -> str:
+  lines = ["| ablation | what changes | ours (accuracy) | Δ ours (points) | paper Δ (robot / web / VideoMME-long) "
+           "| note |", "|---|---|---|---|---|---|"]
+  for r in rows:
+    ours = "—" if r.value is None else f"{r.value:.3f} ± {r.err:.3f}" + (" (mean ± std)" if r.err_kind.startswith(
+        "std") else "")
+    delta = "—" if r.delta is None else f"{r.delta:+.1f} vs {r.vs}"
+    lines.append(f"| {r.label} | {r.change} | {ours} | {delta} | {r.paper} | {r.note} |")
+  return "\n".join(lines)
+
+
+def plot(rows: list[Row], path) -> None:
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  shown = [r for r in rows if r.value is not None]
+  fig, ax = plt.subplots(figsize=(8, 0.45 * max(len(shown), 1) + 1.2))
+  y = np.arange(len(shown))
+  ax.barh(y, [r.value for r in shown], xerr=[r.err for r in shown], capsize=3,
+          color=["tab:orange" if r.err_kind.startswith("std") else "tab:blue" for r in shown])
+  for yi, r in zip(y, shown):
+    ax.text(min(r.value + r.err, 0.9) + 0.02, yi, f"{r.value:.3f}", va="center", fontsize=8)
+  ax.set_yticks(y, [r.label for r in shown])
+  ax.invert_yaxis()
+  ax.set_xlim(0, 1)
+  ax.set_xlabel("held-out accuracy")
+  ax.set_title("error bars: std over seeds (RL rows, orange), s.e. over questions (others)", fontsize=9)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def write_outputs(ab: "Ablation", rows: list[Row]) -> dict[str, Any]:
+  """Writes ablate.md, ablate.png (when cfg.plot) and ablate.json in out_dir; returns the JSON plus the table."""
+  table = format_table(rows)
+  evals = {k: json.loads((ab.out / "evals" / f"{k}.json").read_text()) for r in rows for k in r.evals}
+  result = {"config": json.loads((ab.out / "config.json").read_text()), "algorithms": ALGORITHMS,
+            "questions": [r.to_dict() for r in ab.records], "rows": [dataclasses.asdict(r) for r in rows],
+            "evals": evals, "computed": list(ab.computed)}
+  (ab.out / "ablate.md").write_text(table + "\n")
+  if ab.cfg.plot:
+    plot(rows, ab.out / "ablate.png")
+  (ab.out / "ablate.json").write_text(json.dumps(result, indent=1))
+  return {**result, "table": table}

@@ -1,0 +1,100 @@
+"""`python -m m3jax.ablate --config configs/ablate_tiny.py`: table, PNG and JSON in out_dir, and a rerun resumes."""
+
+import dataclasses
+import json
+import pathlib
+
+import pytest
+
+from m3jax.ablate import Ablation, EvalSpec, main
+from m3jax.config import load_config
+from m3jax.errors import UserError, run_cli
+
+TINY = pathlib.Path(__file__).resolve().parents[1] / "configs" / "ablate_tiny.py"
+
+
+def tiny(out_dir, *overrides):
+  return load_config(TINY, [f"out_dir={out_dir}", *overrides])
+
+
+@pytest.fixture(scope="module")
+def first(tmp_path_factory):
+  out = tmp_path_factory.mktemp("ablate")
+  return out, Ablation(tiny(out), progress=False).run()
+
+
+def test_writes_table_png_and_json(first):
+  out, result = first
+  table = (out / "ablate.md").read_text()
+  for label in ("M3 graph (memory base)", "no semantic memory", "no equivalences / character merging",
+                "reference graph mode", "memory design: flat_list", "memory design: clip_summary",
+                "prompting (untrained base)", "prompting vs RL", "no inter-turn instruction", "no reasoning",
+                "GRPO", "DAPO", "TAURA"):
+    assert f"| {label} |" in table
+  assert "−17.1 / −19.2 / −13.1" in table and "+10.0 / +8.0 / +9.3" in table  # the paper's deltas beside ours
+  png = (out / "ablate.png").read_bytes()
+  assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+  saved = json.loads((out / "ablate.json").read_text())
+  assert saved["config"]["questions"] == 8 and saved["config"]["rl"]["model"] == "tiny"
+  rows = {r["id"]: r for r in saved["rows"]}
+  assert rows["rl"]["note"].startswith("no trained controller configured")
+  assert rows["no_reasoning"]["note"] == "n/a: model has no thinking step (tiny)"
+  assert "search_node" in rows["designs:flat_list"]["note"]
+  for algorithm in ("grpo", "dapo", "taura"):   # three seeds each, mean ± std of their evaluations
+    r = rows[algorithm]
+    accs = [saved["evals"][k]["accuracy"] for k in r["evals"]]
+    assert len(r["evals"]) == 3 and r["err_kind"] == "std over seeds" and r["value"] == pytest.approx(sum(accs) / 3)
+  for rid in ("base", "no_semantic", "prompting", "no_instruction"):  # every number is its questions' verdicts
+    correct = saved["evals"][rows[rid]["evals"][0]]["correct"]
+    assert len(correct) == 8 and rows[rid]["value"] == sum(correct) / 8
+  assert rows["no_semantic"]["delta"] == pytest.approx(100 * (rows["no_semantic"]["value"] - rows["base"]["value"]))
+  assert rows["no_semantic"]["value"] < rows["base"]["value"]  # names and facts live in semantic memory
+  assert result["table"] == table.rstrip("\n")
+
+
+def test_rerun_skips_finished_evaluations_and_resumes_the_rest(first):
+  out, result = first
+  assert len(result["computed"]) == len(set(result["computed"])) > 10
+  again = Ablation(tiny(out), progress=False).run()
+  assert again["computed"] == [] and again["rows"] == result["rows"]
+  dropped = [EvalSpec(options=(("ablation", "no_semantic"),), answerer="rules").key,
+             EvalSpec(controller="rl-dapo-seed2").key]
+  for key in dropped:   # as if the run had been killed before these finished
+    (out / "evals" / f"{key}.json").unlink()
+  resumed = Ablation(tiny(out), progress=False).run()
+  assert sorted(resumed["computed"]) == sorted(dropped) and resumed["rows"] == result["rows"]
+
+
+def test_another_config_in_the_same_out_dir_is_refused(first, capsys):
+  out, _ = first
+  with pytest.raises(UserError, match=r"different config \(questions differ\)"):
+    Ablation(tiny(out, "questions=4"), progress=False)
+  assert run_cli(main, ["--config", str(TINY), "--set", f"out_dir={out}", "--set", "rl_seeds=(1,2)"]) == 2
+  assert "the RL rows need >= 3 distinct seeds" in capsys.readouterr().err
+
+
+def test_a_trained_adapter_fills_the_prompting_vs_rl_row(tmp_path):
+  from m3jax.models.lora import save_adapters
+  from m3jax.rl.program import load_model
+  cfg = tiny(tmp_path / "out", "rows=('rl',)", f"trained_adapter={tmp_path / 'adapter'}", "trained_lora_rank=2")
+  model, _ = load_model(dataclasses.replace(cfg.rl, lora_rank=2, lora_alpha=cfg.trained_lora_alpha))
+  save_adapters(tmp_path / "adapter", model)
+  result = Ablation(cfg, progress=False).run()
+  row, = [r for r in result["rows"] if r["id"] == "rl"]
+  assert row["value"] is not None and row["vs"] == "prompting" and row["evals"] == ["m3_graph-llm-trained"]
+  assert sorted(result["computed"]) == ["m3_graph-llm-base", "m3_graph-llm-trained"]
+
+
+def test_every_rl_run_starts_from_the_shared_warm_start(tmp_path):
+  """A fresh run starts exactly at the warm start, whatever its seed (the tiny model's own init depends on it)."""
+  import jax
+  import numpy as np
+  from flax import nnx
+
+  from m3jax.rl.program import load_model
+  ab = Ablation(tiny(tmp_path), progress=False)
+  warm = jax.tree.leaves(nnx.state(ab.warm_program().model, nnx.Param))
+  own = jax.tree.leaves(nnx.state(load_model(dataclasses.replace(ab.cfg.rl, seed=2))[0], nnx.Param))
+  run = jax.tree.leaves(nnx.state(ab.rl_program("rl-grpo-seed2").model, nnx.Param))
+  assert len(run) == len(warm) and all(np.array_equal(a, b) for a, b in zip(warm, run))
+  assert not all(np.array_equal(a, b) for a, b in zip(warm, own))
