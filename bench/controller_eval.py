@@ -171,7 +171,8 @@ def main() -> None:
           f"unanswerable); families: {dict(sorted(fams.items()))}", flush=True)
     for kind in kinds:
       answers, stats = run_answerer(kind, graphs, records, task_embed, args.base, args.adapter)
-      s = results[task, kind] = {**score(records, answers, llm_judge), **stats}
+      # the llm judge for the two answerers the RESULT line compares (the untrained base rarely answers at all)
+      s = results[task, kind] = {**score(records, answers, llm_judge if kind != "untrained" else None), **stats}
       report(kind, s, records, answers)
   n = len(tasks["heldout"][1])
 
