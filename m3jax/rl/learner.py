@@ -115,6 +115,8 @@ class Learner:
     else:
       self.ref_params = None if ref_model is None else self._shard(nnx.state(ref_model, nnx.Param))
     self.opt_state = _init_opt(cfg.optim, self.params)
+    if mesh is None:  # `_init_opt` returns its leaves uncommitted, and jit keys its cache on commitment:
+      self.opt_state = jax.device_put(self.opt_state, jax.devices()[0])  # else update 2 compiles again
     self.step = 0
     nnx.update(self.model, self.params)
 
