@@ -195,6 +195,71 @@ def test_memorize_videos_sharded_over_two_processes_like_one(tmp_path, runs):
       assert a[k] == b[k], f"{stem}/{k} differs"
 
 
+def test_learner_checkpoint_restores_onto_other_mesh_shapes(tmp_path):
+  """Resharding (one process, 8 devices): a learner checkpoint written on data2 x fsdp2 x tensor2 restores onto
+  fsdp8 and onto data2 x tensor4 with every leaf equal and laid out as the new learner lays it out, and the next
+  update there equals the next update on the original mesh (<= 1e-5)."""
+  import jax
+  from flax import nnx
+
+  from m3jax import checkpoint, parallel
+  from m3jax.models.decoder import Decoder, DecoderConfig
+  from m3jax.rl import learner as learner_lib
+  from multihost_worker import _rl_batch
+  cfg = DecoderConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_layers=1, num_heads=4,
+                      num_kv_heads=4, head_dim=8, qk_norm=True, tie_embeddings=True)
+  lcfg = learner_lib.LearnerConfig(optim=learner_lib.OptimConfig(lr=1e-2, weight_decay=0.0), micro_batch=8,
+                                   seq_chunk=8, vocab_chunk=128)
+  make = lambda seed, shape: learner_lib.Learner(Decoder(cfg, rngs=nnx.Rngs(seed)), lcfg,
+                                                 mesh=parallel.make_mesh(*shape))
+  batch = _rl_batch()
+  batch["old_logp"] = np.full(batch["tokens"].shape, -5.7, np.float32)
+  first = make(0, (2, 2, 2))
+  first.update(batch, seed=1)
+  ckpt = checkpoint.Checkpointer(tmp_path / "ckpt")
+  ckpt.save(1, first.state(), {"step": 1})
+  saved = jax.tree.map(np.asarray, first.state())
+  want = first.update(batch, seed=2)
+  want_params = jax.tree.map(np.asarray, first.state()["params"])
+  for shape in ((1, 8, 1), (2, 1, 4)):
+    fresh = make(7, shape)
+    layout = lambda st: jax.tree.map(lambda x: x.sharding, (st["params"], st["opt_state"]))
+    before = layout(fresh.state())
+    state, meta = ckpt.restore(fresh.state())
+    fresh.restore(state)
+    assert meta == {"step": 1} and fresh.step == 1
+    got_state = fresh.state()
+    assert layout(got_state) == before
+    assert any(len(x.sharding.device_set) == 8 and not x.sharding.is_fully_replicated
+               for x in jax.tree.leaves(got_state["params"]))
+    jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, got_state), saved)
+    got = fresh.update(batch, seed=2)
+    np.testing.assert_allclose([h["loss"] for h in got], [h["loss"] for h in want], atol=1e-5, rtol=0)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), b, atol=1e-5, rtol=0),
+                 fresh.state()["params"], want_params)
+
+
+def test_video_lists_for_memorize(tmp_path, capsys):
+  from m3jax import cli
+  for name in ("b.mp4", "a.mp4", "sub/c.mp4"):
+    (tmp_path / name).parent.mkdir(exist_ok=True)
+    (tmp_path / name).write_bytes(b"")
+  assert cli.list_videos(str(tmp_path / "*.mp4")) == [tmp_path / "a.mp4", tmp_path / "b.mp4"]
+  (tmp_path / "list.txt").write_text("# videos\nsub/c.mp4\n\nb.mp4\n")
+  assert cli.list_videos(str(tmp_path / "list.txt")) == [tmp_path / "sub/c.mp4", tmp_path / "b.mp4"]
+  (tmp_path / "dup.txt").write_text("b.mp4\nsub/b.mp4\n")
+  with pytest.raises(UserError, match="would share the memory directory b"):
+    cli.list_videos(str(tmp_path / "dup.txt"))
+  with pytest.raises(UserError, match="no videos"):
+    cli.list_videos(str(tmp_path / "*.mkv"))
+  with pytest.raises(UserError, match="neither a glob pattern nor a file"):
+    cli.list_videos(str(tmp_path / "missing.txt"))
+  assert cli.main(["memorize", "--memory", str(tmp_path / "m")]) == 2
+  assert cli.main(["memorize", "x.mp4", "--videos", "*.mp4", "--memory", str(tmp_path / "m")]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert err == ["m3jax: error: give one video, or --videos LIST|GLOB"] * 2
+
+
 def test_settings_from_overrides_environment_and_validation():
   cfg = distributed.DistributedConfig()
   env = {"M3JAX_COORDINATOR": "10.0.0.1:1234", "M3JAX_NUM_PROCESSES": "4", "M3JAX_PROCESS_ID": "2",
@@ -211,10 +276,11 @@ def test_settings_from_overrides_environment_and_validation():
     distributed.DistributedConfig(coordinator_address="localhost")
   with pytest.raises(ValueError, match="process_id=2 is not in 0..1"):
     distributed.DistributedConfig(num_processes=2, process_id=2)
+  from m3jax.agent.memorize import MemorizeConfig
   from m3jax.eval import EvalConfig
   from m3jax.rl.program import RLConfig
   from m3jax.sft.run import SFTConfig
-  for config in (SFTConfig(), RLConfig(), EvalConfig()):
+  for config in (SFTConfig(), RLConfig(), EvalConfig(), MemorizeConfig()):
     over = apply_overrides(config, ["distributed.enabled=true", "distributed.coordinator_address=h:99",
                                     "distributed.num_processes=2", "distributed.process_id=1"])
     assert over.distributed == distributed.DistributedConfig(True, False, "h:99", 2, 1)
