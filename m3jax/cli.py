@@ -2,6 +2,7 @@
 
   m3jax memorize VIDEO --memory DIR [--append] [--writer template|llm|omni [--omni-model DIR]] [--max-clips N]
                 [--config F --set k=v]
+  m3jax memorize --videos LIST|GLOB --memory ROOT [...]   # ROOT/<video stem>; a pod shares the videos out
   m3jax ask --memory DIR "question" [--answerer trained|untrained|rules] [--show-trajectory] [--before-clip N]
   m3jax eval ANNOTATIONS.json [--answerer trained|llm|rules] [--limit N] [--output F] [--config F --set k=v]
   m3jax demo [--config configs/demo.py] [--set "answerers=('trained','rules')" ...]
@@ -29,8 +30,13 @@ from m3jax.host_memory import retain_freed_memory
 # ------------------------------------------------------------------------------------------------ memorize
 def add_memorize(sub) -> None:
   p = sub.add_parser("memorize", help="build (or extend) the memory graph of a video, clip by clip")
-  p.add_argument("video")
-  p.add_argument("--memory", required=True, help="memory directory (created; re-running resumes)")
+  p.add_argument("video", nargs="?", help="the video (or use --videos)")
+  p.add_argument("--videos", default=None,
+                 help="many videos: a text file listing paths (one a line, relative to the file) or a glob "
+                      "pattern; each goes to ROOT/<video stem> (--memory ROOT), shared out over a pod's processes "
+                      "(--set distributed.* or M3JAX_*)")
+  p.add_argument("--memory", required=True, help="memory directory (created; re-running resumes); with --videos "
+                                                 "the root of one directory per video")
   p.add_argument("--append", action="store_true", help="add this video after the one already in DIR")
   p.add_argument("--writer", choices=("template", "llm", "omni"), default=None,
                  help="memory writer (default: the config's `writer`, template)")
@@ -53,24 +59,81 @@ def _memorize_config(args):
                              **{k: v for k, v in flags.items() if v is not None})
 
 
-def run_memorize(args) -> int:
-  if args.max_clips is not None and args.max_clips < 1:
-    raise UserError(f"--max-clips must be >= 1, got {args.max_clips}")
-  from m3jax.agent.memorize import Memorizer, read_manifest
+def list_videos(spec: str) -> list[pathlib.Path]:
+  """The videos of `--videos`: a glob pattern (sorted matches) or a text file of paths (in its order; blank
+  lines and `#` comments skipped; relative paths are relative to the file). Each video's memory directory is
+  named by its stem, so two videos with one stem are refused."""
+  import glob
 
-  memorizer = Memorizer(args.memory, _memorize_config(args))  # builds the config's writer
+  if any(c in spec for c in "*?["):
+    videos = [pathlib.Path(p) for p in sorted(glob.glob(spec, recursive=True)) if pathlib.Path(p).is_file()]
+  elif pathlib.Path(spec).is_file():
+    base = pathlib.Path(spec).parent
+    lines = (line.strip() for line in pathlib.Path(spec).read_text(encoding="utf-8").splitlines())
+    videos = [base / line for line in lines if line and not line.startswith("#")]
+  else:
+    raise UserError(f"--videos {spec}: neither a glob pattern nor a file listing videos")
+  if not videos:
+    raise UserError(f"--videos {spec}: no videos")
+  stems: dict[str, pathlib.Path] = {}
+  for v in videos:
+    if v.stem in stems:
+      raise UserError(f"--videos: {stems[v.stem]} and {v} would share the memory directory {v.stem}")
+    stems[v.stem] = v
+  return videos
+
+
+def _memorize_one(memorizer, video, memory, args) -> None:
+  from m3jax.agent.memorize import read_manifest
+
   try:
-    report = memorizer.memorize(args.video, append=args.append, max_clips=args.max_clips,
-                                progress=not args.no_progress)
+    report = memorizer.memorize(video, append=args.append, max_clips=args.max_clips, progress=not args.no_progress)
   except KeyboardInterrupt:
-    manifest = read_manifest(args.memory)
+    manifest = read_manifest(memory)
     done = f"clips up to {manifest['next_clip'] - 1}" if manifest and manifest["next_clip"] else "no clip yet"
-    raise Interrupted(f"{done} memorized into {args.memory}; re-run the same command to resume") from None
+    raise Interrupted(f"{done} memorized into {memory}; re-run the same command to resume") from None
   print(f"memorized clips {report.clips_done[:1] + report.clips_done[-1:] if report.clips_done else 'none new'} "
         f"({report.clips_skipped} already in memory) into {report.memory_dir}; next clip {report.next_clip}")
   print(f"{report.media_seconds:.0f} s of media in {report.wall_seconds:.1f} s "
         f"(real-time factor {report.realtime_factor:.2f}); per stage: "
         + ", ".join(f"{k} {v:.1f}s" for k, v in report.timings.items()))
+
+
+def run_memorize(args) -> int:
+  if args.max_clips is not None and args.max_clips < 1:
+    raise UserError(f"--max-clips must be >= 1, got {args.max_clips}")
+  if (args.video is None) == (args.videos is None):
+    raise UserError("give one video, or --videos LIST|GLOB")
+  from m3jax.agent.memorize import Memorizer
+
+  config = _memorize_config(args)
+  if args.video is not None:
+    _memorize_one(Memorizer(args.memory, config), args.video, args.memory, args)  # builds the config's writer
+    return 0
+  return _memorize_many(list_videos(args.videos), pathlib.Path(args.memory), config, args)
+
+
+def _memorize_many(videos: list[pathlib.Path], root: pathlib.Path, config, args) -> int:
+  """This process's contiguous share of `videos`, each into root/<stem>, one after another with the perception
+  models loaded once (a writer is built per directory: its state belongs to that memory). Process 0 then
+  reports what every process memorized (a collective: a failed process fails the others' exit)."""
+  import jax
+
+  from m3jax import distributed
+  from m3jax.agent.memorize import Memorizer
+  from m3jax.agent.perceive import PerceptionModels
+
+  distributed.initialize(config.distributed)  # before any JAX computation
+  mine = distributed.shard(videos)
+  print(f"process {jax.process_index()} of {jax.process_count()}: {len(mine)} of {len(videos)} videos")
+  models = PerceptionModels.load(config.perception.face_upsample) if mine else None
+  for video in mine:
+    memory = root / video.stem
+    _memorize_one(Memorizer(memory, config, models=models), video, memory, args)
+  done = distributed.gather_bytes(json.dumps([v.stem for v in mine]).encode())
+  if jax.process_index() == 0:
+    stems = [s for share in done for s in json.loads(share)]
+    print(f"memorized {len(stems)} videos into {root} on {len(done)} process(es)")
   return 0
 
 

@@ -176,3 +176,27 @@ def to_host(x: jax.Array) -> np.ndarray:
     return np.asarray(x)
   from jax.experimental import multihost_utils
   return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
+def gather_bytes(data: bytes) -> list[bytes]:
+  """Every process's `data`, in process order, on every process ([data] with one process). A collective: every
+  process must call it. For host results (answered questions, memorized videos) that process 0 writes out, so
+  the pod needs no shared filesystem."""
+  if jax.process_count() == 1:
+    return [data]
+  from jax.experimental import multihost_utils
+  sizes = np.asarray(multihost_utils.process_allgather(np.array([len(data)], np.int32))).reshape(-1)
+  buf = np.zeros(max(int(sizes.max()), 1), np.uint8)
+  buf[:len(data)] = np.frombuffer(data, np.uint8)
+  every = np.asarray(multihost_utils.process_allgather(buf)).reshape(len(sizes), -1)
+  return [every[i, :int(n)].tobytes() for i, n in enumerate(sizes)]
+
+
+def shard(items: list, index: int | None = None, count: int | None = None) -> list:
+  """Process `index`'s contiguous share of `items` (of `count` processes; default: this process of the pod),
+  the first len % count shares one longer, so concatenating the shares in process order gives `items`."""
+  index = jax.process_index() if index is None else index
+  count = jax.process_count() if count is None else count
+  size, extra = divmod(len(items), count)
+  start = index * size + min(index, extra)
+  return items[start:start + size + (index < extra)]

@@ -15,6 +15,14 @@ Resumable: question ids already answered are skipped. New lines are appended bat
 the partial file, and a run that fails before answering anything leaves no file behind. Questions are grouped by
 graph before batching so a batch touches few graphs; every graph is loaded once per run (the reference
 unpickles it per search).
+
+Pods: with `distributed.*` settings (or the M3JAX_* environment, see `m3jax.distributed`) every process runs the
+same command; process 0 reads the output's answered ids and tells the others, each process answers its
+contiguous share of the remaining questions (grouped by graph, so a process loads few graphs), and process 0
+gathers the other shares through the distributed runtime (no shared filesystem needed) and writes the one
+results file, in the order one process writes it. Only process 0 writes files; a killed pod run keeps process
+0's lines and resumes the rest. With the rules answerer the file equals the one-process file; the LLM answerer
+batches differently per process, so its sampled answers may differ.
 """
 
 from __future__ import annotations
@@ -26,8 +34,10 @@ import os
 import pathlib
 import shutil
 import sys
+import tempfile
 from typing import Any, Callable, Sequence
 
+import jax
 import tqdm
 
 from m3jax.agent.control import Controller, ControlConfig, Question
@@ -35,6 +45,8 @@ from m3jax.agent.judges import JUDGES, HTTPJudgeConfig, Judge, JudgeItem, make_j
 from m3jax.agent.trajectory import Trajectory
 from m3jax.config import add_config_args, apply_overrides, load_config
 from m3jax.data.m3bench import BenchQuestion, load_annotations
+from m3jax import distributed
+from m3jax.distributed import DistributedConfig, gather_bytes, shard
 from m3jax.errors import Interrupted, UserError, run_cli
 from m3jax.eval_report import format_summary, plot_summary, read_jsonl, summarize
 
@@ -67,6 +79,7 @@ class EvalConfig:
   limit: int = 0                 # evaluate only the first N questions (0 = all)
   videos: tuple[str, ...] = ()   # restrict to these video ids
   plot: bool = True
+  distributed: DistributedConfig = DistributedConfig()  # a pod: questions sharded over processes
 
   def __post_init__(self):
     if self.judge not in JUDGES:
@@ -148,28 +161,44 @@ def run_eval(cfg: EvalConfig, questions: Sequence[BenchQuestion], controller_for
 
   `controller_for(mem_paths)` returns `(controller, graph_index_of_mem_path)` for the graphs of one batch.
   Progress (rate and ETA) is a tqdm bar on stderr. Lines go to `OUTPUT.partial` (see the module docstring).
+  In a pod (several JAX processes) every process calls this; see the module docstring.
   """
+  lead = jax.process_index() == 0
   out = pathlib.Path(cfg.output)
   work = out.with_name(out.name + ".partial")
-  out.parent.mkdir(parents=True, exist_ok=True)
-  if out.exists() and not work.exists():
-    shutil.copyfile(out, work)
-  drop_torn_tail(work)
-  done = {r["question_id"] for r in read_jsonl(work)}
+  done: set[str] = set()
+  if lead:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not work.exists():
+      shutil.copyfile(out, work)
+    drop_torn_tail(work)
+    done = {r["question_id"] for r in read_jsonl(work)}
+  done = set(json.loads(gather_bytes(json.dumps(sorted(done)).encode())[0]))  # process 0's view, everywhere
   todo = select_questions(questions, cfg, done)
-  log(f"{len(done)} questions already in {out}; {len(todo)} to run")
-  bar = tqdm.tqdm(total=len(todo), unit="q", disable=not progress, dynamic_ncols=True)
+  mine = shard(todo)
+  log(f"{len(done)} questions already in {out}; {len(todo)} to run"
+      + (f", {len(mine)} of them on process {jax.process_index()}" if jax.process_count() > 1 else ""))
+  bar = tqdm.tqdm(total=len(mine), unit="q", disable=not progress, dynamic_ncols=True)
+  local = work if lead else pathlib.Path(tempfile.mkdtemp(prefix="m3jax_eval_")) / "share.jsonl"
   try:
-    _answer_into(work, todo, cfg, controller_for, judge, bar)
+    _answer_into(local, mine, cfg, controller_for, judge, bar)
+    shares = gather_bytes(b"" if lead else local.read_bytes())
   finally:
-    if work.exists() and work.stat().st_size == 0:
+    if not lead:
+      shutil.rmtree(local.parent, ignore_errors=True)
+    elif work.exists() and work.stat().st_size == 0:
       work.unlink()
-  if work.exists():
+  if lead and any(shares[1:]):
+    with work.open("ab") as sink:  # the other processes' shares follow process 0's, in process order
+      sink.writelines(shares[1:])
+  if lead and work.exists():
     os.replace(work, out)
-  summary = summarize(read_jsonl(out))
-  out.with_suffix(".summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
-  if cfg.plot and summary["questions"]:
-    plot_summary(summary, out.with_suffix(".png"))
+  records = json.loads(gather_bytes(json.dumps(read_jsonl(out) if lead else []).encode())[0])  # everywhere
+  summary = summarize(records)
+  if lead:
+    out.with_suffix(".summary.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
+    if cfg.plot and summary["questions"]:
+      plot_summary(summary, out.with_suffix(".png"))
   return summary
 
 
@@ -275,7 +304,9 @@ def build_controller_factory(cfg: EvalConfig, graph_paths: dict[str, pathlib.Pat
 
 def evaluate(cfg: EvalConfig, progress: bool = True) -> dict[str, Any]:
   """The whole evaluation of `cfg`: annotations, graphs located up front, answers, judge, summary. For entry
-  points: Ctrl-C becomes `Interrupted`, saying that a re-run resumes."""
+  points: Ctrl-C becomes `Interrupted`, saying that a re-run resumes. Joins the pod first when `cfg.distributed`
+  (or the M3JAX_* environment) describes one."""
+  distributed.initialize(cfg.distributed)
   if not cfg.annotations:
     raise UserError("set annotations=... (config file or --set): the M3-Bench-format questions to answer")
   questions = load_annotations(cfg.annotations)

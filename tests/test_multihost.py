@@ -6,6 +6,7 @@ devices. Results are compared across process counts, never with themselves. Ever
 session and is killed (its whole process group) when the test ends, whatever happens.
 """
 
+import json
 import os
 import pathlib
 import signal
@@ -28,9 +29,10 @@ STEP_TIMEOUT = 900  # s per run; a loaded 2-core machine compiles the tiny SFT +
 
 
 class Run:
-  """`nproc` worker processes running `tasks`; `wait()` returns their exit codes and exit times."""
+  """`nproc` processes running `tasks` in the worker, or (`cli`) the `m3jax` command with these arguments
+  joined through the M3JAX_* environment; `wait()` returns their exit codes and exit times."""
 
-  def __init__(self, tasks: str, out: pathlib.Path, nproc: int):
+  def __init__(self, tasks: str, out: pathlib.Path, nproc: int, cli: list[str] | None = None):
     out.mkdir(parents=True, exist_ok=True)
     self.out, self.procs, self.exited = out, [], {}
     env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={8 // nproc}",
@@ -38,9 +40,15 @@ class Run:
     port = portpicker.pick_unused_port() if nproc > 1 else 0
     for pid in range(nproc):
       log = open(out / f"worker{pid}.log", "w")
-      self.procs.append(subprocess.Popen(
-          [sys.executable, str(WORKER), tasks, "--out", str(out), "--port", str(port), "--nproc", str(nproc),
-           "--pid", str(pid)], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+      if cli is None:
+        argv = [str(WORKER), tasks, "--out", str(out), "--port", str(port), "--nproc", str(nproc), "--pid", str(pid)]
+        penv = env
+      else:
+        argv = ["-m", "m3jax.cli", *cli]
+        penv = dict(env, M3JAX_COORDINATOR=f"localhost:{port}", M3JAX_NUM_PROCESSES=str(nproc),
+                    M3JAX_PROCESS_ID=str(pid)) if nproc > 1 else env
+      self.procs.append(subprocess.Popen([sys.executable, *argv], env=penv, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True, cwd=out))
       log.close()
 
   def wait(self, timeout: float) -> tuple[list[int | None], dict[int, float]]:
@@ -66,8 +74,8 @@ class Run:
 def runs():
   started: list[Run] = []
 
-  def start(tasks: str, out: pathlib.Path, nproc: int) -> Run:
-    started.append(Run(tasks, out, nproc))
+  def start(tasks: str, out: pathlib.Path, nproc: int, cli: list[str] | None = None) -> Run:
+    started.append(Run(tasks, out, nproc, cli))
     return started[-1]
 
   yield start
@@ -120,6 +128,138 @@ def test_a_dead_process_fails_its_peer_promptly(tmp_path, runs):
   assert "barrier passed with a dead peer" not in log
 
 
+EVAL_ANNOTATIONS = {  # the official-format fixture graphs, answered by the rules answerer on the hashed embedder
+  "small": {"mem_path": "small.pkl", "qa_list": [
+    {"question_id": f"s_Q{i}", "question": q, "answer": a, "type": ["Person Understanding"], "before_clip": 7}
+    for i, (q, a) in enumerate([("Who makes coffee with a French press?", "coffee"),
+                                ("What color is the lunch box?", "grey"), ("Who is at the university?", "none")])]},
+  "medium": {"mem_path": "medium.pkl", "qa_list": [
+    {"question_id": f"m_Q{i}", "question": q, "answer": a, "type": ["Multi-Hop Reasoning"], "before_clip": 40}
+    for i, (q, a) in enumerate([("Who broke the blue porcelain vase?", "football"),
+                                ("Who flew a red dragon kite at the hill park?", "kite")])]},
+}
+
+
+def test_eval_sharded_over_two_processes_writes_the_one_process_file(tmp_path, runs):
+  """`m3jax eval` on 2 processes (joined through M3JAX_*): each answers its share, process 0 gathers them into
+  one results file equal to the 1-process file, line for line; the other process writes nothing."""
+  ann = tmp_path / "ann.json"
+  ann.write_text(json.dumps(EVAL_ANNOTATIONS))
+  args = ["eval", str(ann), "--answerer", "rules", "--judge", "contains", "--no-progress", "--set",
+          f"graphs_dir={ROOT / 'tests' / 'fixtures' / 'official_graphs'}", "--set", "embedder=hashed", "--set",
+          "plot=false", "--set", "batch_size=2", "--output", "results.jsonl"]
+  one, two = runs("", tmp_path / "one", 1, args), runs("", tmp_path / "two", 2, args)
+  _ok(one, 300), _ok(two, 300)
+  a, b = (tmp_path / "one" / "results.jsonl").read_text(), (tmp_path / "two" / "results.jsonl").read_text()
+  assert len(a.splitlines()) == 5 and a == b
+  assert "3 of them on process 0" in two.log(0) and "2 of them on process 1" in two.log(1)
+  files = lambda d: sorted(p.name for p in d.iterdir() if not p.name.startswith("worker"))
+  assert files(tmp_path / "two") == files(tmp_path / "one") == ["results.jsonl", "results.summary.json"]
+
+
+def _memory_dir(path: pathlib.Path) -> dict[str, object]:
+  """A memory directory's content that must not depend on the run: every file's bytes, the manifest without its
+  wall-clock timings."""
+  out: dict[str, object] = {}
+  for f in sorted(path.rglob("*")):
+    if f.is_file():
+      data = json.loads(f.read_text()) if f.suffix == ".json" else f.read_bytes()
+      if f.name == "manifest.json":
+        data.pop("timings", None)
+      out[f.relative_to(path).as_posix()] = data
+  return out
+
+
+def test_memorize_videos_sharded_over_two_processes_like_one(tmp_path, runs):
+  """`m3jax memorize --videos GLOB` on 2 processes (2 + 1 videos) writes the same memory directories as 1
+  process memorizing all 3 (one-clip generated episodes, template writer)."""
+  from m3jax.data.episode_render import render_episode
+  from m3jax.data.episodes import EpisodeConfig, make_episode
+  videos = tmp_path / "videos"
+  for seed in range(3):
+    render_episode(make_episode(EpisodeConfig(seed=seed, num_clips=1, num_characters=1, clip_seconds=6.0,
+                                              utterances_per_clip=(1, 1), fps=2, width=160, height=120)), videos)
+  stems = sorted(p.stem for p in videos.glob("*.mp4"))
+  assert len(stems) == 3
+  args = ["memorize", "--videos", str(videos / "*.mp4"), "--memory", "mem", "--no-progress"]
+  one, two = runs("", tmp_path / "one", 1, args), runs("", tmp_path / "two", 2, args)
+  _ok(one), _ok(two)
+  assert "2 of 3 videos" in two.log(0) and "1 of 3 videos" in two.log(1)
+  assert "memorized 3 videos" in two.log(0)
+  for run in ("one", "two"):
+    assert sorted(p.name for p in (tmp_path / run / "mem").iterdir()) == stems
+  for stem in stems:
+    a, b = _memory_dir(tmp_path / "one" / "mem" / stem), _memory_dir(tmp_path / "two" / "mem" / stem)
+    assert any(k.startswith("clips/") for k in a) and a.keys() == b.keys()
+    for k in a:
+      assert a[k] == b[k], f"{stem}/{k} differs"
+
+
+def test_learner_checkpoint_restores_onto_other_mesh_shapes(tmp_path):
+  """Resharding (one process, 8 devices): a learner checkpoint written on data2 x fsdp2 x tensor2 restores onto
+  fsdp8 and onto data2 x tensor4 with every leaf equal and laid out as the new learner lays it out, and the next
+  update there equals the next update on the original mesh (<= 1e-5)."""
+  import jax
+  from flax import nnx
+
+  from m3jax import checkpoint, parallel
+  from m3jax.models.decoder import Decoder, DecoderConfig
+  from m3jax.rl import learner as learner_lib
+  from multihost_worker import _rl_batch
+  cfg = DecoderConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_layers=1, num_heads=4,
+                      num_kv_heads=4, head_dim=8, qk_norm=True, tie_embeddings=True)
+  lcfg = learner_lib.LearnerConfig(optim=learner_lib.OptimConfig(lr=1e-2, weight_decay=0.0), micro_batch=8,
+                                   seq_chunk=8, vocab_chunk=128)
+  make = lambda seed, shape: learner_lib.Learner(Decoder(cfg, rngs=nnx.Rngs(seed)), lcfg,
+                                                 mesh=parallel.make_mesh(*shape))
+  batch = _rl_batch()
+  batch["old_logp"] = np.full(batch["tokens"].shape, -5.7, np.float32)
+  first = make(0, (2, 2, 2))
+  first.update(batch, seed=1)
+  ckpt = checkpoint.Checkpointer(tmp_path / "ckpt")
+  ckpt.save(1, first.state(), {"step": 1})
+  saved = jax.tree.map(np.asarray, first.state())
+  want = first.update(batch, seed=2)
+  want_params = jax.tree.map(np.asarray, first.state()["params"])
+  for shape in ((1, 8, 1), (2, 1, 4)):
+    fresh = make(7, shape)
+    layout = lambda st: jax.tree.map(lambda x: x.sharding, (st["params"], st["opt_state"]))
+    before = layout(fresh.state())
+    state, meta = ckpt.restore(fresh.state())
+    fresh.restore(state)
+    assert meta == {"step": 1} and fresh.step == 1
+    got_state = fresh.state()
+    assert layout(got_state) == before
+    assert any(len(x.sharding.device_set) == 8 and not x.sharding.is_fully_replicated
+               for x in jax.tree.leaves(got_state["params"]))
+    jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, got_state), saved)
+    got = fresh.update(batch, seed=2)
+    np.testing.assert_allclose([h["loss"] for h in got], [h["loss"] for h in want], atol=1e-5, rtol=0)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), b, atol=1e-5, rtol=0),
+                 fresh.state()["params"], want_params)
+
+
+def test_video_lists_for_memorize(tmp_path, capsys):
+  from m3jax import cli
+  for name in ("b.mp4", "a.mp4", "sub/c.mp4"):
+    (tmp_path / name).parent.mkdir(exist_ok=True)
+    (tmp_path / name).write_bytes(b"")
+  assert cli.list_videos(str(tmp_path / "*.mp4")) == [tmp_path / "a.mp4", tmp_path / "b.mp4"]
+  (tmp_path / "list.txt").write_text("# videos\nsub/c.mp4\n\nb.mp4\n")
+  assert cli.list_videos(str(tmp_path / "list.txt")) == [tmp_path / "sub/c.mp4", tmp_path / "b.mp4"]
+  (tmp_path / "dup.txt").write_text("b.mp4\nsub/b.mp4\n")
+  with pytest.raises(UserError, match="would share the memory directory b"):
+    cli.list_videos(str(tmp_path / "dup.txt"))
+  with pytest.raises(UserError, match="no videos"):
+    cli.list_videos(str(tmp_path / "*.mkv"))
+  with pytest.raises(UserError, match="neither a glob pattern nor a file"):
+    cli.list_videos(str(tmp_path / "missing.txt"))
+  assert cli.main(["memorize", "--memory", str(tmp_path / "m")]) == 2
+  assert cli.main(["memorize", "x.mp4", "--videos", "*.mp4", "--memory", str(tmp_path / "m")]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert err == ["m3jax: error: give one video, or --videos LIST|GLOB"] * 2
+
+
 def test_settings_from_overrides_environment_and_validation():
   cfg = distributed.DistributedConfig()
   env = {"M3JAX_COORDINATOR": "10.0.0.1:1234", "M3JAX_NUM_PROCESSES": "4", "M3JAX_PROCESS_ID": "2",
@@ -136,9 +276,11 @@ def test_settings_from_overrides_environment_and_validation():
     distributed.DistributedConfig(coordinator_address="localhost")
   with pytest.raises(ValueError, match="process_id=2 is not in 0..1"):
     distributed.DistributedConfig(num_processes=2, process_id=2)
+  from m3jax.agent.memorize import MemorizeConfig
+  from m3jax.eval import EvalConfig
   from m3jax.rl.program import RLConfig
   from m3jax.sft.run import SFTConfig
-  for config in (SFTConfig(), RLConfig()):
+  for config in (SFTConfig(), RLConfig(), EvalConfig(), MemorizeConfig()):
     over = apply_overrides(config, ["distributed.enabled=true", "distributed.coordinator_address=h:99",
                                     "distributed.num_processes=2", "distributed.process_id=1"])
     assert over.distributed == distributed.DistributedConfig(True, False, "h:99", 2, 1)

@@ -36,6 +36,7 @@ from m3jax.agent import media
 from m3jax.agent.observations import ClipMemories, ClipObservation
 from m3jax.agent.perceive import PerceptionConfig, PerceptionModels, perceive_clip
 from m3jax.agent.writers import MemoryWriter, make_writer
+from m3jax.distributed import DistributedConfig
 from m3jax.memory import journal as journal_lib
 from m3jax.memory.graph import GraphConfig, MemoryGraph
 from m3jax.memory.store import fsync_tree
@@ -72,6 +73,9 @@ class MemorizeConfig:
   omni_attention_chunk: int = 1024  # query block of the thinker's attention (30-s clips are thousands of tokens)
   omni_max_new_tokens: int = 4096
   snapshot_every: int = 8  # journaled clips at least between graph snapshots (see the module docstring)
+  # a pod's start-up for `m3jax memorize --videos` (each process memorizes its share of the videos); it does not
+  # shape memories, so it is not among the recorded settings
+  distributed: DistributedConfig = DistributedConfig()
 
   def __post_init__(self):
     if self.clip_seconds <= 0 or self.min_clip_seconds < 0:

@@ -114,7 +114,7 @@ class Learner:
       self.ref_params = jax.tree.map(jnp.zeros_like, self.params)
     else:
       self.ref_params = None if ref_model is None else self._shard(nnx.state(ref_model, nnx.Param))
-    self.opt_state = _init_opt(cfg.optim, self.params)
+    self.opt_state = self._place_opt(_init_opt(cfg.optim, self.params))
     self.step = 0
     nnx.update(self.model, self.params)
 
@@ -199,6 +199,17 @@ class Learner:
       return v.replace(put_global(v.get_value(), sharding))
 
     return jax.tree.map(place, params, is_leaf=lambda x: isinstance(x, nnx.Variable))
+
+  def _place_opt(self, opt_state):
+    """The optimizer state committed where the parameters live. `_init_opt` returns the leaves it does not
+    derive from them (step and skip counts) uncommitted on one device; jit keys its cache on commitment (the
+    second update would compile again), and a checkpoint restores each leaf with its template's placement, so a
+    count pinned to one device would then meet parameters on the mesh."""
+    if self.mesh is None:
+      return jax.device_put(opt_state, jax.devices()[0])
+    rep = parallel.replicated(self.mesh)
+    single = lambda x: len(x.sharding.device_set) == 1 and self.mesh.size > 1
+    return jax.tree.map(lambda x: put_global(np.asarray(x), rep) if single(x) else x, opt_state)
 
   def _put(self, x: np.ndarray) -> jax.Array:
     """[A, M, ...] host rows -> a global array, M sharded over data×fsdp; each process feeds only its rows."""
