@@ -9,7 +9,9 @@ every field it does not implement. Layers are stored stacked (`[layers, ...]`) a
 `[layers, batch, seq, kv_heads, head_dim]` array pair that the sampler donates between calls.
 
 The cache is slot-addressed per sequence: `cache.length[b]` tokens of row b are already written, new tokens are
-appended at that offset (ragged batches, multi-turn continuation) and attend to every slot `<=` their own.
+appended at that offset (ragged batches, multi-turn continuation) and attend to every slot `<=` their own. Cached
+attention reads only the key blocks below the batch's longest fill (`kv_attention`), so a step costs what is
+written, not the bucket the cache was padded to.
 """
 
 from __future__ import annotations
