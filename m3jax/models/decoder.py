@@ -152,6 +152,10 @@ class KVCache:
   def max_len(self) -> int:
     return self.k.shape[2]
 
+  def take_rows(self, index: Int[Array, "N"]) -> "KVCache":
+    """The cache of rows `index` (repeats allowed): forks one prefilled prompt into the rows that share it."""
+    return KVCache(self.k[:, index], self.v[:, index], self.length[index])
+
 
 def _param(rngs: nnx.Rngs, shape, dtype, logical, *, scale=0.02, fill=None):
   value = jnp.full(shape, fill, dtype) if fill is not None else scale * jax.random.normal(rngs.params(), shape, dtype)
