@@ -20,6 +20,14 @@ def require(modules: dict[str, str]) -> None:
     sys.exit(2)
 
 
+def cpu_model() -> str:
+  """lscpu's model name: a speed ratio only means something next to the CPU it was measured on."""
+  import subprocess
+
+  out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+  return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "?")
+
+
 # Every benchmark's competitors (import name -> PyPI package), for the check below.
 COMPETITORS = {"torch": "torch", "transformers": "transformers", "tunix": "google-tunix",
                "resemblyzer": "resemblyzer"}

@@ -1,10 +1,16 @@
 """Decode/prefill throughput: m3jax sampler vs transformers `generate`, SmolLM2-135M-Instruct, float32, CPU.
 
-  python bench/decode.py [--threads 2] [--prompt 128] [--new 128]
+  python bench/decode.py [--threads 2] [--prompt 128] [--new 128] [--long-bucket 4096] [--long-filled 256]
 
 Same weights (the shipped GGUF, dequantised by each library), same thread count, greedy, no early stop. Also
-measures the machine's floor for this model: one jitted step made of the weight matmuls alone (no attention, no
-cache, no sampling) at batch 8, and reports how far a real decode step is above it.
+measures, in the same run, the machine's floors for this model:
+* the weight-matmul floor: one jitted step made of the weight matmuls alone (no attention, no cache, no sampling)
+  at batch 8 (`step_over_matmul_floor_b8`);
+* the weight-read floor at batch 1: the fastest of a jitted reduction over every weight byte a step reads and the
+  batch-1 matmul step (a matvec per weight), since a batch-1 step cannot run faster than it reads its weights
+  (`step_over_bandwidth_floor_b1`);
+and a long-context row: the batch-8 decode step with `--long-filled` tokens in a `--long-bucket`-slot cache against
+the same fill in the smallest bucket that holds it (`long_over_short`; decode attention reads only filled blocks).
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from competitors import require  # bench/competitors.py (bench/ leads sys.path)
+from competitors import cpu_model, require  # bench/competitors.py (bench/ leads sys.path)
 
 
 def main():
@@ -21,18 +27,17 @@ def main():
   ap.add_argument("--prompt", type=int, default=128)
   ap.add_argument("--new", type=int, default=128)
   ap.add_argument("--repeats", type=int, default=3)
+  ap.add_argument("--long-bucket", type=int, default=4096)
+  ap.add_argument("--long-filled", type=int, default=256)
   args = ap.parse_args()
   require({"torch": "torch", "transformers": "transformers"})  # the competitor's packages (bench/setup)
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                              f" --xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads={args.threads}")
-  import jax
-  import jax.numpy as jnp
   import numpy as np
   import torch
   import transformers
 
   from m3jax.models.llm import load_llm
-  from m3jax.models.sampling import Sampler, SamplingConfig, _prefill
   from m3jax.models.weights.gguf import smollm2_path
 
   torch.set_num_threads(args.threads)
@@ -45,18 +50,7 @@ def main():
   results = {}
   for batch in (1, 8):
     prompts = rs.randint(100, 40000, (batch, args.prompt))
-    cfg = SamplingConfig(max_new_tokens=args.new, greedy=True, length_buckets=(args.prompt, args.prompt + args.new))
-    sampler = Sampler(model, cfg)
-    sampler.generate(prompts.tolist())  # compile
-
-    def m3_prefill():
-      cache = model.init_cache(batch, args.prompt + args.new)
-      out = _prefill(sampler.graphdef, sampler.params, cache, jnp.asarray(prompts, jnp.int32),
-                     jnp.full((batch,), args.prompt, jnp.int32))
-      jax.block_until_ready(out)
-
-    m3_prefill()
-    m3_total, m3_pre = best(lambda: sampler.generate(prompts.tolist())), best(m3_prefill)
+    m3_total, m3_pre = _m3_times(model, prompts, args.new, args.prompt + args.new, best)
     ids = torch.tensor(prompts)
     with torch.no_grad():
       hf_gen = lambda: hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.new,
@@ -71,20 +65,63 @@ def main():
     print(f"batch {batch}: decode tok/s m3jax {m3_dec:.1f} vs transformers {hf_dec:.1f}; prefill tok/s m3jax "
           f"{results[batch]['m3_prefill']:.0f} vs transformers {results[batch]['hf_prefill']:.0f}", flush=True)
 
-  floor = _matmul_floor_step(model, 8, best)
-  step8 = results[8]["m3_step"]
-  print(f"batch 8: decode step {step8 * 1e3:.2f} ms, weight-matmul floor {floor * 1e3:.2f} ms")
+  long_prompts = rs.randint(100, 40000, (8, args.long_filled))
+  steps = {}
+  for bucket in (args.long_filled + args.new, args.long_bucket):
+    total, pre = _m3_times(model, long_prompts, args.new, bucket, best)
+    steps[bucket] = (total - pre) / args.new
+    print(f"batch 8, {args.long_filled} filled (+{args.new} decoded) in a {bucket}-slot cache: decode step "
+          f"{steps[bucket] * 1e3:.2f} ms", flush=True)
+  long_step, short_step = steps[args.long_bucket], steps[args.long_filled + args.new]
+
+  floor8 = _matmul_floor_step(model, 8, best)
+  matvec1 = _matmul_floor_step(model, 1, best)
+  read1, n_bytes = _weight_read(model, best)
+  floor1 = min(matvec1, read1)
+  step1, step8 = results[1]["m3_step"], results[8]["m3_step"]
+  print(f"batch 8: decode step {step8 * 1e3:.2f} ms, weight-matmul floor {floor8 * 1e3:.2f} ms")
+  print(f"batch 1: decode step {step1 * 1e3:.2f} ms; weight read ({n_bytes / 1e6:.0f} MB): reduction "
+        f"{read1 * 1e3:.2f} ms ({n_bytes / read1 / 1e9:.1f} GB/s), matvec step {matvec1 * 1e3:.2f} ms "
+        f"({n_bytes / matvec1 / 1e9:.1f} GB/s); floor = the faster, {floor1 * 1e3:.2f} ms")
   print("RESULT decode_ratio_b1={:.2f} decode_ratio_b8={:.2f} prefill_ratio={:.2f} step_over_matmul_floor_b8={:.2f} "
-        "decode_tok_s_b1={:.1f} decode_tok_s_b8={:.1f}".format(
+        "step_over_bandwidth_floor_b1={:.2f} long_ctx_step_ms={:.2f} short_ctx_step_ms={:.2f} long_over_short={:.2f} "
+        "decode_tok_s_b1={:.1f} decode_tok_s_b8={:.1f} cpu=\"{}\"".format(
             results[1]["m3_decode"] / results[1]["hf_decode"], results[8]["m3_decode"] / results[8]["hf_decode"],
-            results[8]["m3_prefill"] / results[8]["hf_prefill"], step8 / floor, results[1]["m3_decode"],
-            results[8]["m3_decode"]))
+            results[8]["m3_prefill"] / results[8]["hf_prefill"], step8 / floor8, step1 / floor1, long_step * 1e3,
+            short_step * 1e3, long_step / short_step, results[1]["m3_decode"], results[8]["m3_decode"],
+            cpu_model()))
 
 
 def _timed(fn) -> float:
   t = time.perf_counter()
   fn()
   return time.perf_counter() - t
+
+
+def _m3_times(model, prompts, new: int, slots: int, best) -> tuple[float, float]:
+  """(generate, prefill) seconds for greedy decoding of `new` tokens after `prompts` in a `slots`-slot cache."""
+  import jax
+  import jax.numpy as jnp
+
+  from m3jax.models.sampling import Sampler, SamplingConfig, _prefill
+
+  batch, n = prompts.shape
+  cfg = SamplingConfig(max_new_tokens=new, greedy=True, length_buckets=(n, slots))
+  sampler = Sampler(model, cfg)
+  sampler.generate(prompts.tolist())  # compile
+
+  def prefill():
+    cache = model.init_cache(batch, slots)
+    out = _prefill(sampler.graphdef, sampler.params, cache, jnp.asarray(prompts, jnp.int32),
+                   jnp.full((batch,), n, jnp.int32))
+    jax.block_until_ready(out)
+
+  prefill()
+  return best(lambda: sampler.generate(prompts.tolist())), best(prefill)
+
+
+def _layer_weights(model):
+  return {n: getattr(model, n)[...] for n in ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")}
 
 
 def _matmul_floor_step(model, batch: int, best) -> float:
@@ -94,10 +131,7 @@ def _matmul_floor_step(model, batch: int, best) -> float:
 
   from m3jax.models.decoder import dense
 
-  names = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
-  weights = {n: getattr(model, n)[...] for n in names}
-  head = model.lm_head_weight()
-  D = model.cfg.hidden_size
+  weights, head = _layer_weights(model), model.lm_head_weight()
 
   @jax.jit
   def step(x, weights, head):
@@ -110,10 +144,24 @@ def _matmul_floor_step(model, batch: int, best) -> float:
     x, kv = jax.lax.scan(layer, x, weights)
     return x @ head, kv
 
-  x = jnp.ones((batch, D), jnp.float32)
+  x = jnp.ones((batch, model.cfg.hidden_size), jnp.float32)
   jax.block_until_ready(step(x, weights, head))
   reps = 20
   return best(lambda: [jax.block_until_ready(step(x, weights, head)) for _ in range(reps)]) / reps
+
+
+def _weight_read(model, best) -> tuple[float, int]:
+  """Seconds of one jitted pass summing every weight a decode step reads (the layers' matrices and the lm head),
+  and their bytes."""
+  import jax
+  import jax.numpy as jnp
+
+  arrays = list(_layer_weights(model).values()) + [model.lm_head_weight()]
+  read = jax.jit(lambda ws: sum(jnp.sum(w) for w in ws))
+  jax.block_until_ready(read(arrays))
+  reps = 20
+  seconds = best(lambda: [jax.block_until_ready(read(arrays)) for _ in range(reps)]) / reps
+  return seconds, sum(a.size * a.dtype.itemsize for a in arrays)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,8 @@ def test_rl_train_writes_outputs_and_resumes_exactly(tmp_path, lora_rank):
   full = full[1:]
   assert (out / "curves.png").stat().st_size > 0 and any((out / "tb").iterdir())
   assert all(r["train/skipped"] == 0 for r in full) and full[1]["rollout/generated_tokens"] > 0
+  # group_size=2: each group's second row forks the first's prefilled prompt instead of prefilling it again
+  assert all(0 < r["rollout/prefill_tokens_saved"] <= r["rollout/prefill_tokens"] for r in full)
   shutil.rmtree(out / "ckpt" / "2")  # "killed" after step 1's checkpoint
   assert train.main(args) == 0
   resumed = _lines(out / "metrics.jsonl")

@@ -60,6 +60,29 @@ def test_continuation_equals_full_reprefill(tiny):
   assert third.tokens == again.tokens
 
 
+def test_forked_prefix_cache_equals_separate_prefills(tiny):
+  """Rows with identical prompts (an RL group) prefill once and fork the cache: same tokens and log-probs as
+  prefilling every row, in the first turn and in a continued one; seeded sampling still differs across the group."""
+  model, _, _ = tiny
+  a, b, c = _prompts((7, 12, 5))
+  group = [a, a, a, b, b, c]  # batch bucket 8: two padding rows
+  short = SamplingConfig(max_new_tokens=10, greedy=True)
+  turn = [[5], None, [6, 7], [8], [9, 9, 9], None]
+  for cfg in (GREEDY, SamplingConfig(max_new_tokens=40, temperature=1.5, seed=3)):
+    forked, separate = Sampler(model, cfg), Sampler(model, cfg, share_prefix=False)
+    one, ref = forked.generate(group), separate.generate(group)
+    assert one.tokens == ref.tokens
+    for x, y in zip(one.logprobs, ref.logprobs):
+      np.testing.assert_allclose(x, y, atol=1e-5)
+    assert forked.prefill_tokens_saved == 2 * 7 + 12 and forked.prefill_tokens == 7 + 12 + 5
+    assert separate.prefill_tokens_saved == 0 and separate.prefill_tokens == 3 * 7 + 2 * 12 + 5
+    two, ref2 = forked.continue_(one.state, turn, short), separate.continue_(ref.state, turn, short)
+    assert two.tokens == ref2.tokens
+    for x, y in zip(two.logprobs, ref2.logprobs):
+      np.testing.assert_allclose(x, y, atol=1e-5)
+  assert len({tuple(t) for t in one.tokens[:3]}) > 1  # sampled: the forked rows of one prompt diverge
+
+
 def test_prompt_buckets_bound_compilations(tiny):
   model, _, _ = tiny
   sampler = Sampler(model, SamplingConfig(max_new_tokens=8, greedy=True))

@@ -9,7 +9,9 @@ every field it does not implement. Layers are stored stacked (`[layers, ...]`) a
 `[layers, batch, seq, kv_heads, head_dim]` array pair that the sampler donates between calls.
 
 The cache is slot-addressed per sequence: `cache.length[b]` tokens of row b are already written, new tokens are
-appended at that offset (ragged batches, multi-turn continuation) and attend to every slot `<=` their own.
+appended at that offset (ragged batches, multi-turn continuation) and attend to every slot `<=` their own. Cached
+attention reads only the key blocks below the batch's longest fill (`kv_attention`), so a step costs what is
+written, not the bucket the cache was padded to.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from m3jax.models import lora as lora_lib
 from m3jax.models import rope as rope_lib
 from m3jax.models.causal_attention import causal_attention
 from m3jax.models.hf_config import ACTIVATIONS, decoder_kwargs
+from m3jax.models.kv_attention import cached_attention, visible
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 _ACT = {"silu": jax.nn.silu, "swish": jax.nn.silu, "gelu": functools.partial(jax.nn.gelu, approximate=False),
@@ -148,6 +151,10 @@ class KVCache:
   @property
   def max_len(self) -> int:
     return self.k.shape[2]
+
+  def take_rows(self, index: Int[Array, "N"]) -> "KVCache":
+    """The cache of rows `index` (repeats allowed): forks one prefilled prompt into the rows that share it."""
+    return KVCache(self.k[:, index], self.v[:, index], self.length[index])
 
 
 def _param(rngs: nnx.Rngs, shape, dtype, logical, *, scale=0.02, fill=None):
@@ -305,16 +312,17 @@ class Decoder(nnx.Module):
       write = jnp.where(slots < valid_len[:, None], slots, ck.shape[2])  # padding tokens write nothing
       ck = ck.at[layer, rows, write].set(k.astype(ck.dtype), mode="drop")
       cv = cv.at[layer, rows, write].set(v.astype(cv.dtype), mode="drop")
-      keys, values = ck[layer].astype(dt), cv[layer].astype(dt)
-    else:
-      keys, values = k, v
-    if c.attention_chunk and q.shape[1] > c.attention_chunk and not use_cache:
+    blocked = c.attention_chunk and q.shape[1] > c.attention_chunk
+    if blocked and not use_cache:
       # without a cache query t is slot t
-      attn = causal_attention(q, keys, values, valid_len, c.attention_chunk, window=window)
-    elif c.attention_chunk and q.shape[1] > c.attention_chunk:
-      attn = chunked_attention(q, keys, values, slots, valid_len, c.attention_chunk, window)
+      attn = causal_attention(q, k, v, valid_len, c.attention_chunk, window=window)
+    elif blocked:
+      attn = chunked_attention(q, ck[layer].astype(dt), cv[layer].astype(dt), slots, valid_len, c.attention_chunk,
+                               window)
+    elif use_cache:  # decode and short prefills: only the filled key blocks are read
+      attn = cached_attention(q, ck, cv, layer, slots, valid_len, window)
     else:
-      attn = attention(q, keys, values, slots, valid_len, window)
+      attn = attention(q, k, v, slots, valid_len, window)
     x = x + mm(attn, "wo", "bo", 2).astype(dt)
     h = rms_norm(x, p["mlp_norm"], c.rms_norm_eps)
     gate, up = mm(h, "w_gate", "b_gate", 1), mm(h, "w_up", "b_up", 1)
@@ -336,14 +344,8 @@ def dense(x: Array, w: Array, n_in: int, dtype) -> Array:
 
 def key_mask(n_keys: int, q_slots: Int[Array, "B T"], valid_len: Int[Array, "B"],
              window: Int[Array, ""] | None = None) -> Array:
-  """[B, T, S] visibility: key slot s is filled (s < valid_len) and causal (s <= t), and with a sliding `window`
-  > 0 within it (s > t - window, transformers' sliding_window_overlay); window 0 = full attention."""
-  s_idx = jnp.arange(n_keys)[None, None, :]
-  t = q_slots[:, :, None]
-  mask = (s_idx <= t) & (s_idx < valid_len[:, None, None])
-  if window is not None:
-    mask = mask & ((window == 0) | (s_idx > t - window))
-  return mask
+  """[B, T, S] visibility of all `n_keys` cache slots (`kv_attention.visible`)."""
+  return visible(jnp.arange(n_keys), q_slots, valid_len, window)
 
 
 def attention(q: Float[Array, "B T H Dh"], k: Float[Array, "B S K Dh"], v: Float[Array, "B S K Dh"],

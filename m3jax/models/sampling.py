@@ -11,6 +11,7 @@ Throughput design:
 * decode is a `lax.while_loop` that stops when every row is done or the budget is spent; the cache is donated;
 * stop strings need detokenisation, so they are checked on the host every `stop_check_interval` steps (the loop
   resumes on device from where it stopped); stop token ids are checked on device every step;
+* identical prompts of one `generate` call (an RL group's samples) are prefilled once and their cache rows forked;
 * `continue_` appends new tokens (a tool result, a user message) at each row's own cache offset and keeps decoding,
   without re-prefilling the conversation.
 
@@ -33,6 +34,7 @@ from jax.sharding import Mesh
 from jaxtyping import Array, Float, Int
 
 from m3jax.models.constrained import TokenConstraint
+from m3jax.models.decoder import Decoder
 from m3jax.parallel import named_sharding
 
 FINISH_STOP, FINISH_LENGTH, FINISH_STOP_STRING = "stop", "length", "stop_string"
@@ -136,11 +138,18 @@ class Sampler:
   """Batched generation with a donated KV cache; see the module docstring."""
 
   def __init__(self, model: nnx.Module, config: SamplingConfig = SamplingConfig(), tokenizer=None,
-               mesh: Mesh | None = None, cache_dtype=None):
+               mesh: Mesh | None = None, cache_dtype=None, share_prefix: bool | None = None):
     self.graphdef, self.params = nnx.split(model)
     self.model, self.config, self.tokenizer, self.mesh = model, config, tokenizer, mesh
     self.cache_dtype = cache_dtype
+    # identical prompts in one `generate` call are prefilled once and their cache rows forked (an RL group's G
+    # samples share their whole first prompt). Only for models whose rows are independent given their tokens: a
+    # plain `Decoder` by default (not Whisper, whose cache carries each row's audio, nor a model with per-row
+    # state such as Omni's rope offsets)
+    self.share_prefix = isinstance(model, Decoder) if share_prefix is None else share_prefix
     self.compilations = 0  # programs traced by this sampler's calls (samplers of one model share programs)
+    self.prefill_tokens = 0  # tokens run through a prefill, over this sampler's calls
+    self.prefill_tokens_saved = 0  # prompt tokens not prefilled because an identical prompt's rows were forked
 
   # ------------------------------------------------------------------------------------------- public API
   def generate(self, prompts: Sequence[Sequence[int]], config: SamplingConfig | None = None, cache=None,
@@ -151,8 +160,12 @@ class Sampler:
       raise ValueError("generate() needs at least one prompt and every prompt needs at least one token")
     cfg = config or self.config
     batch = _bucket(len(prompts), cfg.batch_buckets)
+    need = max(len(p) for p in prompts) + cfg.max_new_tokens
+    distinct = list(dict.fromkeys(tuple(p) for p in prompts))
+    if cache is None and self.share_prefix and len(distinct) < len(prompts):
+      return self._generate_forked(prompts, distinct, batch, _bucket(need, cfg.length_buckets), cfg, seed,
+                                   constraint)
     if cache is None:
-      need = max(len(p) for p in prompts) + cfg.max_new_tokens
       cache = self._new_cache(batch, _bucket(need, cfg.length_buckets))
     state = DecodeState(cache, [[] for _ in range(batch)], batch)
     return self.continue_(state, [list(p) for p in prompts], cfg, seed, constraint)
@@ -163,6 +176,38 @@ class Sampler:
     """Appends `new_tokens[b]` to row b's history and decodes; rows given None (or beyond the list) stay idle.
     With `constraint`, this call's output starts in the automaton's start state."""
     cfg = config or self.config
+    traces = _TRACES[0]
+    rows, active, logits, cache = self._prefill_rows(state, new_tokens, cfg)
+    return self._decode_rows(state, cache, logits, rows, active, cfg, seed, constraint, traces)
+
+  def decode_text(self, tokens: Sequence[int]) -> str:
+    if self.tokenizer is None:
+      raise ValueError("this sampler has no tokenizer")
+    return self.tokenizer.decode(list(tokens), skip_special_tokens=False)
+
+  # -------------------------------------------------------------------------------------------- internals
+  def _generate_forked(self, prompts, distinct: list[tuple[int, ...]], batch: int, max_len: int,
+                       cfg: SamplingConfig, seed, constraint) -> SampleOutput:
+    """`generate` with each distinct prompt prefilled once, in a cache of its own batch bucket, whose rows are
+    then gathered (`KVCache.take_rows`) into one row per prompt: every row decodes from the same cache contents
+    and last-token logits that its own prefill would have produced."""
+    traces = _TRACES[0]
+    n = _bucket(len(distinct), cfg.batch_buckets)
+    shared = DecodeState(self._new_cache(n, max_len), [[] for _ in range(n)], n)
+    _, _, logits, cache = self._prefill_rows(shared, [list(d) for d in distinct], cfg)
+    where = {d: i for i, d in enumerate(distinct)}
+    index = np.zeros((batch,), np.int32)  # batch-padding rows copy row 0 and are emptied (keep False)
+    index[:len(prompts)] = [where[tuple(p)] for p in prompts]
+    keep = np.arange(batch) < len(prompts)
+    cache, logits = _fork(cache, logits, jnp.asarray(index), jnp.asarray(keep))
+    self.prefill_tokens_saved += sum(len(p) for p in prompts) - sum(len(d) for d in distinct)
+    state = DecodeState(cache, [list(p) for p in prompts] + [[] for _ in range(batch - len(prompts))], batch)
+    rows = [list(p) for p in prompts] + [None] * (batch - len(prompts))
+    return self._decode_rows(state, cache, logits, rows, keep, cfg, seed, constraint, traces)
+
+  def _prefill_rows(self, state: DecodeState, new_tokens, cfg: SamplingConfig):
+    """Appends `new_tokens` to the rows' histories and prefills them (plus each row's pending last sample);
+    returns (rows, active mask, last-token logits, cache)."""
     if len(new_tokens) > state.batch:
       raise ValueError(f"{len(new_tokens)} rows given but the decode state holds {state.batch}")
     rows = [list(t) if t is not None else None for t in new_tokens] + [None] * (state.batch - len(new_tokens))
@@ -187,22 +232,19 @@ class Sampler:
     for b, f in enumerate(feed):
       tokens[b, :len(f)] = f
     chunk_len = np.array([len(f) for f in feed], np.int32)
-    seed = cfg.seed if seed is None else seed
-    traces = _TRACES[0]
+    self.prefill_tokens += int(chunk_len.sum())
     logits, cache = _prefill(self.graphdef, self.params, cache, jnp.asarray(tokens), jnp.asarray(chunk_len))
+    return rows, active, logits, cache
+
+  def _decode_rows(self, state, cache, logits, rows, active, cfg, seed, constraint, traces) -> SampleOutput:
     if constraint is not None and constraint.allowed.shape[1] != logits.shape[-1]:
       raise ValueError(f"the constraint covers {constraint.allowed.shape[1]} tokens but the model has "
                        f"{logits.shape[-1]}")
+    seed = cfg.seed if seed is None else seed
     out_tok, out_logp, n_gen, done, cache = self._run_decode(cache, logits, ~active, seed, cfg, constraint)
     self.compilations += _TRACES[0] - traces
     return self._finish(state, cache, out_tok, out_logp, n_gen, done, rows, cfg, constraint is not None)
 
-  def decode_text(self, tokens: Sequence[int]) -> str:
-    if self.tokenizer is None:
-      raise ValueError("this sampler has no tokenizer")
-    return self.tokenizer.decode(list(tokens), skip_special_tokens=False)
-
-  # -------------------------------------------------------------------------------------------- internals
   def _new_cache(self, batch: int, max_len: int):
     cache = self.model.init_cache(batch, max_len, self.cache_dtype)
     if self.mesh is not None:
@@ -286,6 +328,14 @@ def _prefill(graphdef, params, cache, tokens, chunk_len):
     return model.logits(h_last)[:, 0], cache
   logits, cache = model(tokens, cache, chunk_len)
   return jnp.take_along_axis(logits, last[:, None, None], axis=1)[:, 0], cache
+
+
+@jax.jit
+def _fork(cache, logits, index, keep):
+  """Row b of the result is row `index[b]` of a prefill's cache and logits; rows with `keep` False are emptied."""
+  _TRACES[0] += 1
+  cache = cache.take_rows(index)
+  return cache.replace(length=jnp.where(keep, cache.length, 0)), logits[index]
 
 
 @functools.partial(jax.jit, static_argnums=(0, 5), donate_argnums=(2,))
