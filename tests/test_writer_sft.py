@@ -138,3 +138,29 @@ def test_replay_graph_rebuilds_the_perception_memory(perceived):
   stored = load_memory(work / seen.episode.id / "perception")
   assert graph.next_node_id == stored.next_node_id
   assert [graph.text_of(i) for i in range(graph.num_text)] == [stored.text_of(i) for i in range(stored.num_text)]
+
+
+def test_config_adapter_builds_the_trained_writer(tmp_path, monkeypatch):
+  """`writer=llm` + `writer_adapter` builds the writer from the adapter's card: its base LLM with the adapter,
+  prompted with the instruction it was trained on (`writer_chat`, which loads the LLM, records its arguments)."""
+  from m3jax.agent import writers
+  from m3jax.agent.memorize import MemorizeConfig, Memorizer
+  adapter = tmp_path / "adapter"
+  adapter.mkdir()
+  card = {"base_llm": "base.gguf", "instruction": "Write memories.", "lora": {"rank": 4, "alpha": 8.0,
+                                                                              "targets": ["q"]}}
+  (adapter / writers.ADAPTER_CARD).write_text(json.dumps(card))
+  asked, prompts = [], []
+
+  def chat(llm, adapter=None, frequency_penalty=0.5):
+    asked.append((llm, str(adapter)))
+    return lambda convs: prompts.extend(convs) or ['{"video_description": [], "high_level_conclusions": []}']
+  monkeypatch.setattr(writers, "writer_chat", chat)
+  m = Memorizer(tmp_path / "m", MemorizeConfig(writer="llm", writer_adapter=str(adapter)))
+  assert asked == [("base.gguf", str(adapter))] and m.settings["writer_model"] == f"adapter:{adapter}"
+  m.writer.write([_clip()])
+  assert prompts[0][0]["content"].startswith("Write memories.\n")
+  with pytest.raises(ValueError, match="writer_adapter is for writer=llm"):
+    MemorizeConfig(writer_adapter=str(adapter))
+  with pytest.raises(FileNotFoundError, match="is not a trained writer adapter"):
+    Memorizer(tmp_path / "n", MemorizeConfig(writer="llm", writer_adapter=str(tmp_path)))
