@@ -1,6 +1,7 @@
 """The `m3jax` command: memorize a video, ask about it, or run the whole demo on the embedded default models.
 
   m3jax memorize VIDEO --memory DIR [--append] [--writer template|llm|omni [--omni-model DIR]] [--max-clips N]
+                [--writer-adapter DIR (a trained llm writer)]
                 [--config F --set k=v]
   m3jax memorize --videos LIST|GLOB --memory ROOT [...]   # ROOT/<video stem>; a pod shares the videos out
   m3jax ask --memory DIR "question" [--answerer trained|untrained|rules] [--show-trajectory] [--before-clip N]
@@ -43,6 +44,8 @@ def add_memorize(sub) -> None:
   p.add_argument("--llm", default=None, help="LLM for --writer llm (default: the config's `writer_llm`)")
   p.add_argument("--omni-model", default=None,
                  help="local HF Qwen2.5-Omni / M3-Agent-Memorization directory for --writer omni")
+  p.add_argument("--writer-adapter", default=None,
+                 help="trained writer adapter directory for --writer llm (train.py sft --config configs/sft_writer.py)")
   p.add_argument("--max-clips", type=int, default=None, help="memorize at most N (>= 1) more clips")
   p.add_argument("--no-progress", action="store_true")
   add_config_args(p)
@@ -54,7 +57,8 @@ def _memorize_config(args):
   config = load_config(args.config) if args.config else MemorizeConfig()
   if hasattr(config, "memorize"):  # a demo config file: use its memorization part
     config = config.memorize
-  flags = {"writer": args.writer, "writer_llm": args.llm, "omni_model": args.omni_model}
+  flags = {"writer": args.writer, "writer_llm": args.llm, "omni_model": args.omni_model,
+           "writer_adapter": args.writer_adapter}
   return dataclasses.replace(apply_overrides(config, args.overrides),
                              **{k: v for k, v in flags.items() if v is not None})
 

@@ -91,29 +91,44 @@ def load_observations(memory_dir: str | pathlib.Path) -> list[ClipObservation]:
   return [ClipObservation.from_json(json.loads(f.read_text())["observation"]) for f in files]
 
 
+def utterance_spans(ep: Episode) -> dict[int, list[tuple[float, float, str]]]:
+  """Per clip, each utterance's (start, end, speaker) in seconds of the video, in script order."""
+  spans = iter(episode_audio(ep)[1])
+  return {c.clip: [(*next(spans), u.speaker) for u in c.utterances] for c in ep.clips}
+
+
+def face_person(ep: Episode, obs: ClipObservation, face) -> str:
+  """The character a face observation shows: the script lists the people on screen left to right."""
+  present = ep.clips[obs.clip].present
+  return present[min(len(present) - 1, int(face.x_center * len(present)))]
+
+
+def speech_person(spans: dict[int, list[tuple[float, float, str]]], obs: ClipObservation, speech) -> str | None:
+  """The speaker of the utterance a speech segment overlaps most (None when it overlaps none)."""
+  a, b = obs.start + speech.start, obs.start + speech.end
+  best = max(((min(b, end) - max(a, start), who) for start, end, who in spans[obs.clip]), default=(0.0, None))
+  return best[1] if best[0] > 0 else None
+
+
 def identity_scores(ep: Episode, observations: list[ClipObservation], graph: MemoryGraph) -> dict[str, float]:
   """Purity and completeness of predicted people (characters after equivalences, else lone face/voice nodes)
   over every face and speech observation, each labelled with the true character from the script: faces by
-  screen slot (the script lists people left to right), speech by the utterance it overlaps most. Missed
+  screen slot (`face_person`), speech by the utterance it overlaps most (`speech_person`). Missed
   detections are not in these two scores: `face_recall` is the share of (clip, person on screen) pairs for which
   a face was memorized."""
   reverse = graph.characters().reverse
-  spans = iter(episode_audio(ep)[1])
-  said = {c.clip: [(*next(spans), u.speaker) for u in c.utterances] for c in ep.clips}
+  said = utterance_spans(ep)
   pairs: list[tuple[str, str]] = []
   seen = shown = 0
   for obs in observations:
-    script = ep.clips[obs.clip]
-    shown += len(script.present)
-    seen += len({min(len(script.present) - 1, int(f.x_center * len(script.present))) for f in obs.faces})
+    shown += len(ep.clips[obs.clip].present)
+    seen += len({face_person(ep, obs, f) for f in obs.faces})
     for f in obs.faces:
-      slot = min(len(script.present) - 1, int(f.x_center * len(script.present)))
-      pairs.append((reverse.get(f"face_{f.node_id}", f"face_{f.node_id}"), script.present[slot]))
+      pairs.append((reverse.get(f"face_{f.node_id}", f"face_{f.node_id}"), face_person(ep, obs, f)))
     for s in obs.speech:
-      a, b = obs.start + s.start, obs.start + s.end
-      best = max((min(b, end) - max(a, start), who) for start, end, who in said[obs.clip])
-      if best[0] > 0:
-        pairs.append((reverse.get(f"voice_{s.node_id}", f"voice_{s.node_id}"), best[1]))
+      who = speech_person(said, obs, s)
+      if who is not None:
+        pairs.append((reverse.get(f"voice_{s.node_id}", f"voice_{s.node_id}"), who))
   face_recall = seen / shown if shown else 0.0
   if not pairs:
     return {"purity": 0.0, "completeness": 0.0, "observations": 0, "face_recall": face_recall}

@@ -69,6 +69,9 @@ class MemorizeConfig:
   # (`--set writer=omni --set omni_model=DIR`)
   writer: str = "template"
   writer_llm: str = "smollm2-135m-instruct"  # a shipped name, an HF directory or a .gguf file
+  # writer=llm only: a trained writer's adapter directory (`train.py sft --config configs/sft_writer.py`); its
+  # card names the base LLM, which then replaces `writer_llm`
+  writer_adapter: str | None = None
   omni_model: str | None = None
   omni_attention_chunk: int = 1024  # query block of the thinker's attention (30-s clips are thousands of tokens)
   omni_max_new_tokens: int = 4096
@@ -84,6 +87,8 @@ class MemorizeConfig:
       raise ValueError(f"snapshot_every must be >= 1, got {self.snapshot_every}")
     if self.writer not in ("template", "llm", "omni"):
       raise ValueError(f"writer must be template, llm or omni, got {self.writer!r}")
+    if self.writer_adapter is not None and self.writer != "llm":
+      raise ValueError(f"writer_adapter is for writer=llm, not writer={self.writer!r}")
     if self.omni_attention_chunk < 1 or self.omni_max_new_tokens < 1:
       raise ValueError("omni_attention_chunk and omni_max_new_tokens must be >= 1")
 
@@ -92,13 +97,16 @@ def config_writer(config: MemorizeConfig) -> MemoryWriter:
   """The memory writer `config` names: the one place the CLI, the demo and the server get theirs from."""
   options = ({"attention_chunk": config.omni_attention_chunk, "max_new_tokens": config.omni_max_new_tokens}
              if config.writer == "omni" else {})
-  return make_writer(config.writer, omni_model=config.omni_model, llm=config.writer_llm, **options)
+  return make_writer(config.writer, omni_model=config.omni_model, llm=config.writer_llm,
+                     adapter=config.writer_adapter, **options)
 
 
 def memory_settings(config: MemorizeConfig, writer: str) -> dict[str, Any]:
   """What shapes the memories of a directory written by the writer named `writer`; a resume must match it
   (JSON-normalised, so tuples are lists)."""
   model = {"llm": config.writer_llm, "omni": config.omni_model}.get(writer)
+  if writer == "llm" and config.writer_adapter is not None:
+    model = f"adapter:{config.writer_adapter}"
   settings = {"clip_seconds": config.clip_seconds, "min_clip_seconds": config.min_clip_seconds,
               "perception": dataclasses.asdict(config.perception), "graph": dataclasses.asdict(config.graph),
               "writer": writer, "writer_model": model}

@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from m3jax.agent.observations import ClipMemories, ClipObservation
-from m3jax.agent.writers import (MEMORY_PROMPT, FallbackState, TemplateWriter, WriterOutputError, _known_ids_only,
+from m3jax.agent.writers import (MEMORY_PROMPT, FallbackState, TemplateWriter, WriterOutputError,
                                  _mmss, parse_writer_output)
 from m3jax.models.omni.generate import generate
 from m3jax.models.omni.processor import MediaInputError, ProcessorConfig, sample_frame_indices
@@ -172,7 +172,7 @@ class OmniWriter(FallbackState):
         self.failures += 1
         out[i] = template[i]
         continue
-      out[i] = ClipMemories(tuple(_known_ids_only(epi, clips[i])), tuple(_known_ids_only(sem, clips[i])))
+      out[i] = self.validated(epi, sem, clips[i])
     return out
 
 

@@ -8,13 +8,16 @@ memorization continues exactly where it stopped:
     noisy clip cannot tie a voice to the wrong face.
   * `LLMWriter` — a text LLM writes both memory kinds from the structured perception under the reference prompt's
     JSON contract (either `video_description` or `video_descriptions`, plus `high_level_conclusions`), with bounded
-    retries; ids it invents are dropped, and a clip whose output never parses falls back to the template memories
-    (the reference writes nothing for it).
+    retries; a memory naming an entity the clip's perception does not hold (an invented id, any face tag in a clip
+    where no face was detected) is dropped and counted (`dropped`), and a clip whose output never parses falls
+    back to the template memories (the reference writes nothing for it). With an adapter (`trained_writer`) the
+    LLM carries LoRA adapters trained by `train.py sft --config configs/sft_writer.py`.
 """
 
 from __future__ import annotations
 
 import json
+import pathlib
 import re
 from collections import Counter
 from typing import Any, Callable, Protocol, Sequence
@@ -133,15 +136,16 @@ class TemplateWriter:
     return ClipMemories(tuple(episodic), tuple(semantic))
 
 
-def clip_prompt(clip: ClipObservation) -> list[Message]:
-  """The reference message for one clip, with faces described in text (a text LLM cannot see the crops)."""
+def clip_prompt(clip: ClipObservation, instruction: str = MEMORY_PROMPT) -> list[Message]:
+  """The reference message for one clip (`instruction` first: the reference prompt unless a trained writer was
+  trained on another), with faces described in text (a text LLM cannot see the crops)."""
   faces = "\n".join(f"<face_{f.node_id}>: visible from {_mmss(f.first_seen)} to {_mmss(f.last_seen)}"
                     for f in clip.faces)
   voices: dict[str, list[dict[str, str]]] = {}
   for s in clip.speech:
     voices.setdefault(f"<voice_{s.node_id}>", []).append(
         {"start_time": _mmss(s.start), "end_time": _mmss(s.end), "asr": s.text})
-  content = f"{MEMORY_PROMPT}\n\nFace features:\n{faces}\n\nVoice features:\n{json.dumps(voices)}"
+  content = f"{instruction}\n\nFace features:\n{faces}\n\nVoice features:\n{json.dumps(voices)}"
   return [{"role": "user", "content": content}]
 
 
@@ -191,35 +195,48 @@ def parse_writer_output(reply: str) -> tuple[list[str], list[str]]:
 
 
 def _known_ids_only(sentences: list[str], clip: ClipObservation) -> list[str]:
-  """Drops sentences naming face/voice ids that are not in this clip (an LLM inventing ids makes bogus edges)."""
+  """Drops sentences naming an entity that is not in this clip's perception: a face/voice id it does not hold
+  (so no face tag at all where no face was detected) or a character tag (a writer never sees character ids). An
+  LLM inventing ids makes bogus edges, and one that sees a face perception missed makes a false memory."""
   known = {("face", f.node_id) for f in clip.faces} | {("voice", s.node_id) for s in clip.speech}
-  return [s for s in sentences if all((t, i) in known for t, i in parse_entities(s) if t in ("face", "voice"))]
+  return [s for s in sentences if all(tag in known for tag in parse_entities(s))]
 
 
 class FallbackState:
-  """Resumable state of a model-backed writer: its template fallback (equivalence votes) + failure count."""
+  """Resumable state of a model-backed writer: its template fallback (equivalence votes), the clips that fell
+  back to it (`failures`) and the memories dropped for naming entities the clip does not hold (`dropped`)."""
 
   fallback: TemplateWriter
   failures: int
+  dropped: int = 0
 
   def state(self) -> dict[str, Any]:
-    return {"fallback": self.fallback.state(), "failures": self.failures}
+    return {"fallback": self.fallback.state(), "failures": self.failures, "dropped": self.dropped}
 
   def load_state(self, state: dict[str, Any]) -> None:
     self.fallback.load_state(state.get("fallback", {}))
     self.failures = int(state.get("failures", 0))
+    self.dropped = int(state.get("dropped", 0))
+
+  def validated(self, episodic: list[str], semantic: list[str], clip: ClipObservation) -> ClipMemories:
+    """The parsed memories minus those naming entities not in `clip` (`_known_ids_only`), counted in `dropped`."""
+    epi, sem = _known_ids_only(episodic, clip), _known_ids_only(semantic, clip)
+    self.dropped += len(episodic) + len(semantic) - len(epi) - len(sem)
+    return ClipMemories(tuple(epi), tuple(sem))
 
 
 class LLMWriter(FallbackState):
   """Text-LLM writer. `complete` maps a batch of conversations to replies (e.g. the m3jax Sampler behind a chat
-  template); failed rows are re-asked up to `max_retries` times, then get the template memories."""
+  template); failed rows are re-asked up to `max_retries` times, then get the template memories. `instruction`
+  heads each clip's prompt (`clip_prompt`)."""
   name = "llm"
 
   def __init__(self, complete: Callable[[list[list[Message]]], list[str]], max_retries: int = 2,
-               fallback: TemplateWriter | None = None):
+               fallback: TemplateWriter | None = None, instruction: str = MEMORY_PROMPT):
     if max_retries < 0:
       raise ValueError(f"max_retries must be >= 0, got {max_retries}")
     self.complete = complete
+    self.instruction = instruction
     self.max_retries = max_retries
     self.fallback = fallback or TemplateWriter()
     self.failures = 0
@@ -234,7 +251,7 @@ class LLMWriter(FallbackState):
     for _ in range(self.max_retries + 1):
       if not todo:
         break
-      replies = self.complete([clip_prompt(clips[i]) for i in todo])
+      replies = self.complete([clip_prompt(clips[i], self.instruction) for i in todo])
       if len(replies) != len(todo):
         raise ValueError(f"completion backend returned {len(replies)} replies for {len(todo)} prompts")
       failed = []
@@ -244,7 +261,7 @@ class LLMWriter(FallbackState):
         except WriterOutputError:
           failed.append(i)
           continue
-        out[i] = ClipMemories(tuple(_known_ids_only(epi, clips[i])), tuple(_known_ids_only(sem, clips[i])))
+        out[i] = self.validated(epi, sem, clips[i])
       todo = failed
     for i in todo:
       self.failures += 1
@@ -252,29 +269,67 @@ class LLMWriter(FallbackState):
     return [m if m is not None else ClipMemories() for m in out]
 
 
-def writer_chat(llm: str, max_new_tokens: int = 512) -> Callable[[list[list[Message]]], list[str]]:
+ADAPTER_CARD = "writer.json"  # in an adapter directory: the base LLM, instruction and LoRA settings it was trained with
+
+
+def read_adapter_card(adapter: str | pathlib.Path) -> dict[str, Any]:
+  """The card of a trained writer's adapter directory (written by `m3jax.sft.run`)."""
+  path = pathlib.Path(adapter) / ADAPTER_CARD
+  if not path.is_file():
+    raise FileNotFoundError(f"{adapter} is not a trained writer adapter (no {ADAPTER_CARD}; train one with "
+                            "`train.py sft --config configs/sft_writer.py`)")
+  card = json.loads(path.read_text())
+  missing = [k for k in ("base_llm", "instruction", "lora") if k not in card]
+  if missing:
+    raise ValueError(f"{path} lacks {missing}")
+  return card
+
+
+def writer_chat(llm: str, max_new_tokens: int = 512, adapter: str | pathlib.Path | None = None,
+                frequency_penalty: float = 0.5) -> Callable[[list[list[Message]]], list[str]]:
   """The `llm` memory writer's backend: batch chat completion on a local LLM through the m3jax sampler (greedy with
-  a frequency penalty, stops at <|im_end|>), constrained to the writer's JSON contract so every reply parses."""
+  a frequency penalty, stops at <|im_end|>), constrained to the writer's JSON contract so every reply parses.
+  `adapter`: a trained writer's directory; its LoRA adapters are folded into the LLM's weights (`lora.merged`)."""
   from m3jax.agent.policy import ChatCompleter
   from m3jax.models.llm import load_llm
   from m3jax.models.sampling import Sampler, SamplingConfig
 
   model, tokenizer = load_llm(llm)
+  if adapter is not None:
+    from m3jax.models.lora import LoRAConfig, attach, merged, restore_adapters
+    lora = read_adapter_card(adapter)["lora"]
+    attach(model, LoRAConfig(int(lora["rank"]), float(lora["alpha"]), tuple(lora["targets"])))
+    model = merged(restore_adapters(pathlib.Path(adapter) / "adapters", model))
   stop = tuple(tokenizer.encode("<|im_end|>", add_special_tokens=False)[:1])
-  config = SamplingConfig(max_new_tokens=max_new_tokens, greedy=True, stop_token_ids=stop, frequency_penalty=0.5)
+  config = SamplingConfig(max_new_tokens=max_new_tokens, greedy=True, stop_token_ids=stop,
+                          frequency_penalty=frequency_penalty)
   return ChatCompleter(Sampler(model, config), tokenizer, config,
                        writer_constraint(tokenizer, model.cfg.vocab_size, stop))
 
 
+def trained_writer(adapter: str | pathlib.Path, complete: Callable[[list[list[Message]]], list[str]] | None = None
+                   ) -> LLMWriter:
+  """The `llm` writer on a trained adapter: its base LLM with the adapters, prompted with the instruction it was
+  trained on, greedy without a frequency penalty (trained replies repeat tags and phrasing by design)."""
+  card = read_adapter_card(adapter)
+  complete = complete or writer_chat(card["base_llm"], adapter=adapter, frequency_penalty=0.0)
+  return LLMWriter(complete, instruction=card["instruction"])
+
+
 def make_writer(kind: str, complete: Callable[[list[list[Message]]], list[str]] | None = None,
-                omni_model: str | None = None, llm: str | None = None, **omni_options: Any) -> MemoryWriter:
-  """Writer by name: "template", "llm" (on `complete`, or else on the local LLM `llm` through `writer_chat`) or
-  "omni" (which needs `omni_model`, a local Hugging Face Qwen2.5-Omni / M3-Agent-Memorization directory;
-  `omni_options` go to `m3jax.agent.omni_writer.load_omni_writer`, e.g. processor, attention_chunk,
-  max_new_tokens)."""
+                omni_model: str | None = None, llm: str | None = None, adapter: str | None = None,
+                **omni_options: Any) -> MemoryWriter:
+  """Writer by name: "template", "llm" (on `complete`, or else on the local LLM `llm` through `writer_chat`; with
+  `adapter`, a trained writer's directory: `trained_writer`) or "omni" (which needs `omni_model`, a local Hugging
+  Face Qwen2.5-Omni / M3-Agent-Memorization directory; `omni_options` go to
+  `m3jax.agent.omni_writer.load_omni_writer`, e.g. processor, attention_chunk, max_new_tokens)."""
+  if adapter is not None and kind != "llm":
+    raise ValueError(f"a writer adapter is for the llm writer, not {kind!r}")
   if kind == "template":
     return TemplateWriter()
   if kind == "llm":
+    if adapter is not None:
+      return trained_writer(adapter, complete)
     if complete is None and not llm:
       raise ValueError("the llm writer needs a chat completion function or a local LLM (--llm)")
     return LLMWriter(complete or writer_chat(llm))

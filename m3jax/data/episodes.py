@@ -389,6 +389,33 @@ def _questions(rng, ep_id, config, chars, clips, rules) -> list[dict[str, Any]]:
   return out
 
 
+def utterance_fact(u: Utterance, c: Character) -> str | None:
+  """The semantic memory an ideal memorizer draws from utterance `u` by `c` (None for small talk), with a
+  <face:NAME> placeholder."""
+  f, who = c.facts, f"<face:{u.speaker}>"
+  if u.kind == "rule":
+    return u.text
+  return {"intro": f"{who}'s name is {u.speaker}.",
+          "drink": f"{who} likes to drink {f['drink']}.",
+          "food": f"{who}'s favourite food is {f['food']}.",
+          "plan": f"{who} plans to go to the {f['plan']} tomorrow.",
+          "city": f"{who} lives in {f['city']}.",
+          "job": f"{who} works as {article(f['job'])}.",
+          "dislike": f"{who} does not like to drink {f['dislike']}.",
+          "object": f"{who} put the {f['object']} on the {f['furniture']}.",
+          "move": f"{who} moved the {f['object']} from the {f['furniture']} to the {f['moved_to']}."}.get(u.kind)
+
+
+def fact_values(u: Utterance, c: Character) -> tuple[str, ...]:
+  """The words of `utterance_fact(u, c)` that only the utterance tells (the name, the drink, ...): a writer that
+  did not hear them (a misheard transcript) cannot know the fact."""
+  f = c.facts
+  return {"intro": (u.speaker,), "drink": (f["drink"],), "food": (f["food"],), "plan": (f["plan"],),
+          "city": (f["city"],), "job": (f["job"],), "dislike": (f["dislike"],),
+          "object": (f["object"], f["furniture"]), "move": (f["object"], f["furniture"], f["moved_to"]),
+          "rule": next(((i, p) for i, p in RULE_ITEMS if f"the {i} goes" in u.text), ())}.get(u.kind, ())
+
+
 def _gold(clips, by_name) -> dict[int, dict[str, list[str]]]:
   """What an ideal memorizer writes per clip, with <face:NAME>/<voice:NAME> placeholders."""
   gold: dict[int, dict[str, list[str]]] = {}
@@ -400,19 +427,7 @@ def _gold(clips, by_name) -> dict[int, dict[str, list[str]]]:
       epi.append(f"<face:{u.speaker}> says: \"{u.text}\"")
       if u.speaker not in speakers:
         speakers.append(u.speaker)
-      f = by_name[u.speaker].facts
-      fact = {"intro": f"<face:{u.speaker}>'s name is {u.speaker}.",
-              "drink": f"<face:{u.speaker}> likes to drink {f['drink']}.",
-              "food": f"<face:{u.speaker}>'s favourite food is {f['food']}.",
-              "plan": f"<face:{u.speaker}> plans to go to the {f['plan']} tomorrow.",
-              "city": f"<face:{u.speaker}> lives in {f['city']}.",
-              "job": f"<face:{u.speaker}> works as {article(f['job'])}.",
-              "dislike": f"<face:{u.speaker}> does not like to drink {f['dislike']}.",
-              "object": f"<face:{u.speaker}> put the {f['object']} on the {f['furniture']}.",
-              "move": f"<face:{u.speaker}> moved the {f['object']} from the {f['furniture']} to the "
-                      f"{f['moved_to']}."}.get(u.kind)
-      if u.kind == "rule":
-        fact = u.text
+      fact = utterance_fact(u, by_name[u.speaker])
       if fact:
         sem.append(fact)
     sem = [f"Equivalence: <face:{n}>, <voice:{n}>" for n in speakers] + sem

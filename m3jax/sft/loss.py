@@ -7,11 +7,24 @@ label's negative log-likelihood, and dropped (rematerialised in the backward pas
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
+from m3jax.models.decoder import Decoder
+from m3jax.models.omni.chat import Batch
 from m3jax.models.omni.thinker import Thinker, ThinkerInputs
+
+
+class TextBatch(NamedTuple):
+  """A text-only SFT batch (the text memory writer): right-padded token rows, their lengths, next-token labels
+  and the weights that select target tokens."""
+  ids: Int[Array, "B T"]
+  lengths: Int[Array, "B"]
+  labels: Int[Array, "B T"]
+  weights: Float[Array, "B T"]
 
 
 def chunked_nll(h: Float[Array, "B T D"], w: Float[Array, "D V"], labels: Int[Array, "B T"],
@@ -43,3 +56,16 @@ def thinker_loss(model: Thinker, inputs: ThinkerInputs, labels, weights, chunk: 
   h, _ = model.hidden(inputs.input_ids, inputs.lengths, inputs.positions, inputs.plans, inputs.pixel_values,
                       inputs.audio_features)
   return chunked_nll(h, model.lm.lm_head_weight(), labels, weights, chunk)
+
+
+def decoder_loss(model: Decoder, batch: TextBatch, chunk: int) -> tuple[jax.Array, jax.Array]:
+  h, _ = model.hidden(batch.ids, chunk_len=batch.lengths)
+  return chunked_nll(h, model.lm_head_weight(), batch.labels, batch.weights, chunk)
+
+
+def batch_loss(model: Thinker | Decoder, batch: Batch | TextBatch, chunk: int) -> tuple[jax.Array, jax.Array]:
+  """(sum of target-token NLL, target-token count) of either SFT batch kind: a TextBatch on a text Decoder, a
+  media Batch on the Omni thinker."""
+  if isinstance(batch, TextBatch):
+    return decoder_loss(model, batch, chunk)
+  return thinker_loss(model, batch.inputs, batch.labels, batch.weights, chunk)

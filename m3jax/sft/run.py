@@ -2,18 +2,24 @@
 
 The model is either a Hugging Face Qwen2.5-Omni / M3-Agent-Memorization directory (fine-tuned with its own
 tokenizer, loaded sharded over `mesh`) or a tiny from-scratch thinker over bytes (`TinyThinker`) for tests and
-benchmarks on CPU.
+benchmarks on CPU; or, with `writer_llm`, a text LLM trained as the `llm` memory writer on real perception of
+the episodes (`m3jax.sft.writer_data`), whose LoRA adapters are written to `<out_dir>/adapter` with the card
+the writer loads them by (`m3jax.agent.writers.trained_writer`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import pathlib
 
+from m3jax.agent.perceive import PerceptionConfig
+from m3jax.agent.writers import ADAPTER_CARD
 from m3jax.data.episodes import EpisodeConfig
+from m3jax.data.questions import check_split
 from m3jax.distributed import DistributedConfig, global_mesh
 from m3jax.models.decoder import DecoderConfig
-from m3jax.models.lora import LoRAConfig, attach
+from m3jax.models.lora import LoRAConfig, attach, save_adapters
 from m3jax.models.omni.audio import AudioConfig
 from m3jax.models.omni.placeholders import SpecialTokens
 from m3jax.models.omni.processor import ProcessorConfig
@@ -21,6 +27,7 @@ from m3jax.models.omni.rope import RopeIndexConfig
 from m3jax.models.omni.thinker import Thinker, ThinkerConfig
 from m3jax.models.omni.vision import VisionConfig
 from m3jax.sft import data as sft_data
+from m3jax.sft import writer_data
 from m3jax.models.omni.chat import ByteTokenizer, ChatTokens
 from m3jax.sft.trainer import TrainConfig, Trainer
 
@@ -89,9 +96,19 @@ class SFTConfig:
   # process feeds its rows; None = one device (a single process only)
   mesh: tuple[int, int, int] | None = None
   distributed: DistributedConfig = DistributedConfig()  # multi-process start-up (m3jax.distributed)
+  # the text memory writer instead of the Omni thinker: LoRA SFT of this LLM (a shipped name, an HF directory or
+  # a .gguf) on (perception, gold memories) pairs of the episodes, perceived with `perception`; its prompt
+  # starts with `writer_instruction` (recorded in the adapter's card). None = the Omni thinker.
+  writer_llm: str | None = None
+  writer_instruction: str = writer_data.WRITER_INSTRUCTION
+  perception: PerceptionConfig = PerceptionConfig()
 
   def __post_init__(self):
     self.lora  # validates the LoRA fields
+    if self.writer_llm is not None:
+      if self.lora_rank < 1:
+        raise ValueError("the text writer trains LoRA adapters (what `--writer-adapter` loads): set lora_rank >= 1")
+      check_split(self.train_seeds, "train")
 
   @property
   def lora(self) -> LoRAConfig:
@@ -106,6 +123,8 @@ def _prompt(cfg: SFTConfig) -> str:
 
 
 def build(cfg: SFTConfig) -> Trainer:
+  if cfg.writer_llm is not None:
+    return _build_writer(cfg)
   from flax import nnx
   if cfg.model_dir is None:
     tcfg = cfg.tiny.thinker_config().with_attention_chunk(cfg.attention_chunk)
@@ -141,16 +160,53 @@ def build(cfg: SFTConfig) -> Trainer:
                  mesh=_mesh(cfg))
 
 
-def _prepare_once(tfds_dir: pathlib.Path, sources) -> dict:
+def _build_writer(cfg: SFTConfig) -> Trainer:
+  """The text writer's trainer: the LLM with LoRA adapters on writer_data's pairs (TextBatches)."""
+  from m3jax.models.llm import load_llm
+  model, tokenizer = load_llm(cfg.writer_llm)
+  attach(model, cfg.lora, seed=cfg.init_seed)
+  work = pathlib.Path(cfg.data_dir)
+  sources = {split: writer_data.episode_pairs(seeds, work / "episodes", cfg.episode, cfg.perception)
+             for split, seeds in (("train", cfg.train_seeds), ("eval", cfg.eval_seeds))}
+  splits = _prepare_once(work / "tfds", sources, writer_data.prepare)
+  train = writer_data.text_batches(splits["train"], tokenizer, cfg.writer_instruction, cfg.batch,
+                                   cfg.length_buckets, seed=cfg.data_seed)
+  evals = writer_data.text_batches(splits["eval"], tokenizer, cfg.writer_instruction, cfg.batch,
+                                   cfg.length_buckets, seed=None)
+  eval_cache: list = []
+
+  def eval_batches():
+    if not eval_cache:
+      eval_cache.extend(evals[i] for i in range(len(evals)))
+    return eval_cache
+
+  return Trainer(model, cfg.train, cfg.out_dir, lambda k: train[k], eval_batches, progress=cfg.progress,
+                 mesh=_mesh(cfg))
+
+
+def save_writer_adapter(cfg: SFTConfig, trainer: Trainer) -> pathlib.Path:
+  """`<out_dir>/adapter`: the trained adapters (`adapters/`) and the card `trained_writer` loads them by."""
+  import jax
+  out = pathlib.Path(cfg.out_dir) / "adapter"
+  if jax.process_index() == 0:
+    save_adapters(out / "adapters", trainer.model, trainer.step)
+    card = {"base_llm": cfg.writer_llm, "instruction": cfg.writer_instruction,
+            "lora": dataclasses.asdict(cfg.lora), "steps": trainer.step,
+            "train_seeds": list(cfg.train_seeds), "episode": dataclasses.asdict(cfg.episode)}
+    (out / ADAPTER_CARD).write_text(json.dumps(card, indent=1))
+  return out
+
+
+def _prepare_once(tfds_dir: pathlib.Path, sources, prepare=sft_data.prepare) -> dict:
   """Process 0 builds the dataset, the others then open it (data_dir is shared storage on a pod, and two
   builders writing the same files would race); every process then builds each global batch and feeds its rows."""
   import jax
   if jax.process_count() > 1:
     from jax.experimental import multihost_utils
     if jax.process_index() == 0:
-      sft_data.prepare(tfds_dir, sources)
+      prepare(tfds_dir, sources)
     multihost_utils.sync_global_devices("sft dataset prepared")
-  return sft_data.prepare(tfds_dir, sources)
+  return prepare(tfds_dir, sources)
 
 
 def _mesh(cfg: SFTConfig):
@@ -174,4 +230,8 @@ class _PlainEncoder:
 
 
 def main(cfg: SFTConfig) -> list[dict]:
-  return build(cfg).run()
+  trainer = build(cfg)
+  history = trainer.run()
+  if cfg.writer_llm is not None:
+    save_writer_adapter(cfg, trainer)
+  return history

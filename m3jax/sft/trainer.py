@@ -1,4 +1,5 @@
-"""SFT loop for the Omni thinker: gradient accumulation, orbax checkpoints with exact resume, eval loss, metrics.
+"""SFT loop for the Omni thinker or a text decoder (the text memory writer; the batch kind picks the loss,
+`loss.batch_loss`): gradient accumulation, orbax checkpoints with exact resume, eval loss, metrics.
 
 Exact resume: batch k of the run is a pure function of (data seed, k) (grain random access, see sft.data), the
 optimizer state and step come from the checkpoint, and nothing else is random, so a run killed after a checkpoint
@@ -24,9 +25,10 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from m3jax.distributed import put_global
 from m3jax.models.lora import LoRAParam
+from m3jax.models.decoder import Decoder
 from m3jax.models.omni.thinker import Thinker
 from m3jax.models.omni.chat import Batch
-from m3jax.sft.loss import thinker_loss
+from m3jax.sft.loss import TextBatch, batch_loss
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +63,7 @@ def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
 def _grads(graphdef: nnx.GraphDef, params: nnx.State, rest: nnx.State, batch: Batch, chunk: int):
   """(sum of target-token NLL, target-token count, gradient of the sum)."""
   def f(p):
-    return thinker_loss(nnx.merge(graphdef, p, rest), batch.inputs, batch.labels, batch.weights, chunk)
+    return batch_loss(nnx.merge(graphdef, p, rest), batch, chunk)
   (total, count), grads = jax.value_and_grad(f, has_aux=True)(params)
   return total, count, grads
 
@@ -81,10 +83,10 @@ def _apply(cfg: TrainConfig, params: nnx.State, opt_state, grads, count):
 
 @functools.partial(jax.jit, static_argnums=(0, 4))
 def _eval(graphdef: nnx.GraphDef, params: nnx.State, rest: nnx.State, batch: Batch, chunk: int):
-  return thinker_loss(nnx.merge(graphdef, params, rest), batch.inputs, batch.labels, batch.weights, chunk)
+  return batch_loss(nnx.merge(graphdef, params, rest), batch, chunk)
 
 
-def place_batch(batch: Batch, mesh: Mesh | None) -> Batch:
+def place_batch(batch: Batch | TextBatch, mesh: Mesh | None) -> Batch | TextBatch:
   """The host batch as global arrays on `mesh`: the token rows sharded over data x fsdp (each process feeds
   its own rows with `jax.make_array_from_process_local_data`), the packed media and their plans replicated
   (they are packed across rows). Rows that do not divide over data x fsdp stay replicated. No mesh: as is."""
@@ -93,6 +95,8 @@ def place_batch(batch: Batch, mesh: Mesh | None) -> Batch:
   shards = mesh.shape["data"] * mesh.shape["fsdp"]
   split = batch.labels.shape[0] % shards == 0
   rows = NamedSharding(mesh, P(("data", "fsdp")) if split else P())
+  if isinstance(batch, TextBatch):
+    return TextBatch(*(put_global(x, rows) for x in batch))
   rows3 = NamedSharding(mesh, P(None, ("data", "fsdp")) if split else P())
   rep = NamedSharding(mesh, P())
   inp = batch.inputs
@@ -117,7 +121,7 @@ class Trainer:
   """`train_batch(k)` gives micro-batch k (deterministic); `eval_batches()` the fixed eval set. The loop holds the
   parameters and optimizer state as pytrees (`params`, `opt_state`); `model` holds the trained ones after `run`."""
 
-  def __init__(self, model: Thinker, cfg: TrainConfig, out_dir: str | pathlib.Path,
+  def __init__(self, model: Thinker | Decoder, cfg: TrainConfig, out_dir: str | pathlib.Path,
                train_batch: Callable[[int], Batch], eval_batches: Callable[[], Sequence[Batch]],
                progress: bool = True, mesh: Mesh | None = None):
     self.model, self.cfg, self.mesh = model, cfg, mesh
@@ -179,7 +183,7 @@ class Trainer:
       batch = self.train_batch(self.step * self.cfg.accum + k)
       out = _grads(self.graphdef, self.params, self.rest, place_batch(batch, self.mesh), self.cfg.loss_chunk)
       acc = out if acc is None else _accumulate(acc, *out)
-      tokens += int(np.sum(batch.inputs.lengths))
+      tokens += int(np.sum(batch.lengths if isinstance(batch, TextBatch) else batch.inputs.lengths))
     total, count, grads = acc
     self.params, self.opt_state = _apply(self.cfg, self.params, self.opt_state, grads, count)
     loss = float(total) / max(float(count), 1.0)

@@ -1,0 +1,170 @@
+"""Memory writers on held-out episodes: gold-fact recall, precision, hallucinations, and QA over their memories.
+
+  python bench/writer_eval.py                                   # 10 held-out episodes: template, untrained llm
+  python bench/writer_eval.py --adapter runs/sft_writer/adapter # + the trained writer
+  python bench/writer_eval.py --episodes 2 --writers template,trained --adapter DIR   # what fits a busy CPU
+
+Each held-out episode (seeds from 1_000_000, never trained on) is rendered and perceived for real once (faces,
+voices, Whisper; cached in --work, `writer_data.perceive_episode`); every writer then writes the memories of the
+same observations. Per writer:
+  recall      gold memories (the script's, `Episode.gold_memories`) matched by a written one: same people
+              through the clip's perception, same content words (`m3jax.sft.writer_metrics`);
+  precision   stored memories (after the writer's validation) that match some gold memory;
+  valid tags  the writer's own memories (before validation) with at least one tag, all of the clip's;
+  halluc.     per clip: tags the clip's perception does not hold + cast names no transcript of the clip says
+              (before validation: what the model invented, whether or not validation then dropped it);
+  dropped     memories validation removed for naming entities the clip does not hold;
+  s/clip      the writer's wall time per clip;
+  QA          the episode's questions answered by the rules answerer over a memory rebuilt from the same
+              perception with this writer's memories (`writer_metrics.replay_graph`).
+Final line: RESULT recall_trained=… recall_template=… precision_trained=… hallucinated_per_clip=… (the trained
+writer's) qa_trained_writer=… qa_template_writer=… (n/a without --adapter).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import pathlib
+import sys
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from m3jax.agent.answer import RuleAnswerer  # noqa: E402
+from m3jax.agent.demo import answer_correct, episode_questions, utterance_spans  # noqa: E402
+from m3jax.agent.memorize import default_graph_config  # noqa: E402
+from m3jax.agent.observations import ClipMemories  # noqa: E402
+from m3jax.agent.perceive import PerceptionModels  # noqa: E402
+from m3jax.agent.writers import (LLMWriter, TemplateWriter, WriterOutputError, parse_writer_output,  # noqa: E402
+                                 read_adapter_card, writer_chat)
+from m3jax.data.episodes import make_episode  # noqa: E402
+from m3jax.data.questions import HELDOUT_SEED_START  # noqa: E402
+from m3jax.memory.graph import MemoryGraph  # noqa: E402
+from m3jax.sft.writer_data import perceive_episode  # noqa: E402
+from m3jax.sft.writer_metrics import ClipPeople, WriterScore, replay_graph, score_clip  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _recipe_episode():
+  """The episode shape configs/sft_writer.py trains on (evaluated here with held-out seeds)."""
+  spec = importlib.util.spec_from_file_location("sft_writer", ROOT / "configs" / "sft_writer.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.WRITER_EPISODE
+
+
+class Recording:
+  """A completion backend that keeps its last reply per conversation (the writer's raw output, pre-validation)."""
+
+  def __init__(self, complete):
+    self.complete, self.last = complete, []
+
+  def __call__(self, conversations):
+    self.last = self.complete(conversations)
+    return self.last
+
+
+def write_episode(kind: str, backend, instruction: str | None, observations):
+  """(stored memories, raw memories, seconds, dropped) per clip of one episode, one clip at a time."""
+  if kind == "template":
+    writer = TemplateWriter()
+  else:
+    writer = LLMWriter(backend, **({"instruction": instruction} if instruction else {}))
+  out = []
+  for obs in observations:
+    if backend is not None:
+      backend.last = []
+    dropped = getattr(writer, "dropped", 0)
+    t = time.perf_counter()
+    mem = writer.write([obs])[0]
+    dt = time.perf_counter() - t
+    raw = list(mem.episodic) + list(mem.semantic)
+    if backend is not None and backend.last:
+      try:
+        epi, sem = parse_writer_output(backend.last[0])
+        raw = epi + sem
+      except WriterOutputError:  # fell back to the template memories
+        pass
+    out.append((mem, raw, dt, getattr(writer, "dropped", 0) - dropped))
+  return out
+
+
+def main() -> None:
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--episodes", type=int, default=10, help="held-out episodes (seeds 1000000, 1000001, ...)")
+  ap.add_argument("--adapter", default=None, help="a trained writer's adapter directory (adds the trained writer)")
+  ap.add_argument("--writers", default=None, help="comma-separated subset of template,llm,trained")
+  ap.add_argument("--llm", default="smollm2-135m-instruct", help="the untrained llm writer's LLM")
+  ap.add_argument("--work", default="runs/writer_eval", help="rendered episodes + cached perception")
+  ap.add_argument("--max-new-tokens", type=int, default=384)
+  args = ap.parse_args()
+  if args.episodes < 1:
+    ap.error("--episodes must be >= 1")
+  writers = args.writers.split(",") if args.writers else ["template", "llm"] + (["trained"] if args.adapter else [])
+  if any(w not in ("template", "llm", "trained") for w in writers) or ("trained" in writers and not args.adapter):
+    ap.error(f"--writers {args.writers!r}: choose from template,llm,trained (trained needs --adapter)")
+  base = _recipe_episode()
+  models: list[PerceptionModels] = []
+
+  def load_models() -> PerceptionModels:
+    if not models:
+      models.append(PerceptionModels.load())
+    return models[0]
+
+  t = time.perf_counter()
+  episodes = [perceive_episode(make_episode(dataclasses.replace(base, seed=HELDOUT_SEED_START + i)), args.work,
+                               models=load_models) for i in range(args.episodes)]
+  print(f"{args.episodes} held-out episodes rendered and perceived (or loaded) in {time.perf_counter() - t:.0f} s",
+        flush=True)
+  embed = load_models().text
+  backends = {}
+  if "llm" in writers:
+    backends["llm"] = (Recording(writer_chat(args.llm, args.max_new_tokens)), None)
+  if "trained" in writers:
+    card = read_adapter_card(args.adapter)
+    backends["trained"] = (Recording(writer_chat(card["base_llm"], args.max_new_tokens, adapter=args.adapter,
+                                                 frequency_penalty=0.0)), card["instruction"])
+  scores = {w: WriterScore() for w in writers}
+  qa = {w: [0, 0] for w in writers}
+  dropped = {w: 0 for w in writers}
+  for seen in episodes:
+    ep = seen.episode
+    spans = utterance_spans(ep)
+    questions = episode_questions(ep)
+    for w in writers:
+      backend, instruction = backends.get(w, (None, None))
+      written = write_episode(w, backend, instruction, seen.observations)
+      for obs, (mem, raw, dt, n_dropped) in zip(seen.observations, written):
+        score_clip(scores[w], ep.gold_memories[obs.clip], mem, raw, obs, ClipPeople.of(ep, obs, spans))
+        scores[w].seconds += dt
+        dropped[w] += n_dropped
+      graph = replay_graph(MemoryGraph(default_graph_config()), seen.entities, [m for m, *_ in written],
+                           [o.clip for o in seen.observations], embed)
+      answers = RuleAnswerer([graph], embed).answer(questions)
+      qa[w][0] += sum(answer_correct(a, q.answer) for q, a in zip(questions, answers))
+      qa[w][1] += len(questions)
+    print(f"{ep.id}: " + ", ".join(f"{w} recall {scores[w].recall:.3f}" for w in writers), flush=True)
+  acc = {w: qa[w][0] / qa[w][1] for w in writers}
+  for w in writers:
+    s = scores[w]
+    print(f"{w:9s} recall {s.recall:.3f} ({s.recalled}/{s.gold})  precision {s.precision:.3f} ({s.correct}/"
+          f"{s.written})  valid tags {s.valid_tag_share:.3f}  hallucinated/clip {s.hallucinated_per_clip:.2f}  "
+          f"dropped {dropped[w]}  s/clip {s.seconds_per_clip:.2f}  QA {acc[w]:.3f} ({qa[w][0]}/{qa[w][1]})")
+
+  def fmt(w, value):
+    return f"{value:.3f}" if w in scores else "n/a"
+  tr = scores.get("trained")
+  print(f"RESULT recall_trained={fmt('trained', tr.recall if tr else 0)} "
+        f"recall_template={fmt('template', scores['template'].recall if 'template' in scores else 0)} "
+        f"precision_trained={fmt('trained', tr.precision if tr else 0)} "
+        f"hallucinated_per_clip={fmt('trained', tr.hallucinated_per_clip if tr else 0)} "
+        f"qa_trained_writer={fmt('trained', acc.get('trained', 0))} "
+        f"qa_template_writer={fmt('template', acc.get('template', 0))} "
+        f"recall_llm={fmt('llm', scores['llm'].recall if 'llm' in scores else 0)} episodes={args.episodes}")
+
+
+if __name__ == "__main__":
+  main()
