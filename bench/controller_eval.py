@@ -1,7 +1,7 @@
 """Controller evaluation on held-out memory-QA questions (issue 19, part 4): trained vs rules vs untrained.
 
   python bench/controller_eval.py                        # 96 held-out questions + the demo's perception-built
-                                                         # memory; trained (shipped adapter), rules, untrained
+                                                         # memory; rules and untrained
   python bench/controller_eval.py --n 16 --answerers rules,untrained --no-demo
   python bench/controller_eval.py --adapter runs/rl_controller/adapter.npz   # another trained adapter
 
@@ -139,12 +139,10 @@ def machine() -> str:
 
 
 def main() -> None:
-  from m3jax.agent.answer import SHIPPED_CONTROLLER
-
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--n", type=int, default=96, help="held-out questions (the issue asks for >= 96)")
-  ap.add_argument("--answerers", default="trained,rules,untrained", help="comma list of trained, rules, untrained")
-  ap.add_argument("--adapter", default=str(SHIPPED_CONTROLLER), help="the trained controller's LoRA adapter file")
+  ap.add_argument("--answerers", default="rules,untrained", help="comma list of trained, rules, untrained")
+  ap.add_argument("--adapter", default=None, help="a trained controller's LoRA adapter file (adds `trained`)")
   ap.add_argument("--base", default="smollm2-135m-instruct", help="the base model (trained and untrained)")
   ap.add_argument("--embedder", default="minilm", help="as train.py rl: minilm, hashed or *.embedder.json")
   ap.add_argument("--no-llm-judge", action="store_true", help="skip the llm judge column")
@@ -152,8 +150,10 @@ def main() -> None:
   ap.add_argument("--demo-dir", default="runs/controller_eval_demo", help="where the demo episode is memorized")
   args = ap.parse_args()
   kinds = [k for k in args.answerers.split(",") if k]
+  if args.adapter and "trained" not in kinds:
+    kinds.insert(0, "trained")
   bad = [k for k in kinds if k not in ("rules", "untrained", "trained")]
-  if bad or args.n < 1 or ("trained" in kinds and not pathlib.Path(args.adapter).is_file()):
+  if bad or args.n < 1 or ("trained" in kinds and not (args.adapter and pathlib.Path(args.adapter).is_file())):
     sys.exit(f"controller_eval: answerers must be rules/untrained/trained (trained needs an --adapter file), "
              f"n >= 1; got {args.answerers!r}, adapter={args.adapter!r}, n={args.n}")
 

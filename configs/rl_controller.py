@@ -1,17 +1,23 @@
 """python train.py rl --config configs/rl_controller.py --set out_dir=runs/rl_controller
 
-The shipped controller (m3jax/data/controller/controller.npz, model card beside it): SmolLM2-135M-Instruct with
-rank-8 LoRA adapters on every projection, trained on a 2-core CPU by the command above: 14 behaviour-cloning steps
-(16 training questions each, lr 5e-4) on the hindsight expert's trajectories (`m3jax.rl.warm_start`), then
-`steps` DAPO steps. The shipped adapter has steps=0, the warm start alone: a warm-start step costs ~2 min here
-and a DAPO step (4 questions x G=4 rollouts + the update) ~5 min, so the DAPO stage did not fit the session that
-trained it. `--set steps=50 --set eval_every=5` continues with it: token-mean loss, clip-higher 0.2/0.28,
-dynamic sampling (mixed-outcome groups only), no KL term (DAPO drops it), one on-policy update per rollout batch
-so the sampler's log-probs are the old policy's, the held-out curve every 5 steps (step 0 = the warm start).
-The protocol is the reference's 5-round [Search]/[Answer] loop over search_clip/search_node with the instruction
-in the first user message only (`inter_turn_instruction=False`), which keeps trajectories short enough to train
-here; the answerer reads that setting from the adapter. Training graphs come from episode seeds 0..127 (train
-split: train phrasings and families only).
+A trained controller: SmolLM2-135M-Instruct with rank-8 LoRA adapters on every projection, written to
+OUT_DIR/adapter.npz (`--answerer trained --adapter FILE`), on a 2-core CPU: `warm_start_steps` behaviour-cloning
+steps (16 training questions each, lr 5e-4) on the hindsight expert's trajectories (`m3jax.rl.warm_start`), then
+`steps` DAPO steps (`--set steps=50 --set eval_every=5`): token-mean loss, clip-higher 0.2/0.28, dynamic sampling
+(mixed-outcome groups only), no KL term (DAPO drops it), one on-policy update per rollout batch so the sampler's
+log-probs are the old policy's, greedy held-out accuracy every `eval_every` steps (step 0 = the warm start). The
+protocol is the reference's 5-round [Search]/[Answer] loop over search_clip/search_node with the instruction in the
+first user message only (`inter_turn_instruction=False`), which keeps trajectories short enough to train here; the
+answerer reads that setting from the adapter. Training graphs come from episode seeds 0..127 (train split).
+
+Measured on an AMD EPYC (2 cores, shared, load 8-18), not yet good enough to ship:
+- a warm-start step (16 expert trajectories, ~9k tokens padded to T=1024-1152) takes 108-214 s;
+- 24 warm-start steps: held-out greedy accuracy 0.417 on 24 questions (seeds 1,000,000+; the rules answerer
+  scores 0.479 on 96); that run then died in an XLA compile (LLVM "Cannot allocate memory": vm.max_map_count
+  65530 was exhausted; raise it, e.g. `sysctl -w vm.max_map_count=1048576`, for long CPU runs);
+- 14 warm-start steps (the defaults below, 34 min): 2/24 on the demo episode's gold memories: it repeats the
+  question as its search and answers with tags such as <character_1>;
+- no DAPO step has been run on top yet (~5 min each here).
 """
 
 from m3jax.rl.dynamic_sampling import DynamicSamplingConfig

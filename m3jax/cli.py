@@ -4,9 +4,10 @@
                 [--writer-adapter DIR (a trained llm writer)]
                 [--config F --set k=v]
   m3jax memorize --videos LIST|GLOB --memory ROOT [...]   # ROOT/<video stem>; a pod shares the videos out
-  m3jax ask --memory DIR "question" [--answerer trained|untrained|rules] [--show-trajectory] [--before-clip N]
-  m3jax eval ANNOTATIONS.json [--answerer trained|llm|rules] [--limit N] [--output F] [--config F --set k=v]
-  m3jax demo [--config configs/demo.py] [--set "answerers=('trained','rules')" ...]
+  m3jax ask --memory DIR "question" [--answerer rules|untrained|trained --adapter F] [--show-trajectory]
+            [--before-clip N]
+  m3jax eval ANNOTATIONS.json [--answerer rules|llm|trained] [--limit N] [--output F] [--config F --set k=v]
+  m3jax demo [--config configs/demo.py] [--set "answerers=('rules','untrained')" ...]
   m3jax chat ["prompt" ...] [--llm DIR|FILE.gguf] [--temperature T]
 
 One function per subcommand (`add_<name>` builds its parser, `run_<name>` runs it); `SUBCOMMANDS` lists them.
@@ -146,12 +147,12 @@ def add_ask(sub) -> None:
   p = sub.add_parser("ask", help="answer a question from a memory directory")
   p.add_argument("question")
   p.add_argument("--memory", required=True)
-  p.add_argument("--answerer", choices=("trained", "untrained", "rules"), default="trained",
-                 help="trained: the shipped controller (SmolLM2-135M + LoRA, the paper's multi-turn protocol); "
-                      "untrained: the prompted base, turns constrained to the action format; rules: deterministic "
-                      "retrieval answers")
+  p.add_argument("--answerer", choices=("rules", "untrained", "trained"), default="rules",
+                 help="rules: deterministic retrieval answers; untrained: the SmolLM2-135M controller prompted, turns "
+                      "constrained to the action format; trained: the base plus a controller adapter (--adapter), "
+                      "the paper's multi-turn protocol")
   p.add_argument("--llm", default="smollm2-135m-instruct", help="the controller's base model")
-  p.add_argument("--adapter", default=None, help="with --answerer trained: a LoRA adapter file (default: shipped)")
+  p.add_argument("--adapter", default=None, help="with --answerer trained: a LoRA adapter file from train.py rl")
   p.add_argument("--before-clip", type=int, default=None, help="use only memories of clips <= N")
   p.add_argument("--show-trajectory", action="store_true")
   p.set_defaults(run=run_ask)
@@ -162,11 +163,14 @@ def run_ask(args) -> int:
     raise UserError("the question is empty")
   if args.before_clip is not None and args.before_clip < 0:
     raise UserError(f"--before-clip must be a clip number >= 0, got {args.before_clip}")
+  from m3jax.agent.answer import trained_adapter_path
   from m3jax.agent.control import Question
   from m3jax.agent.demo import make_answerer
   from m3jax.agent.memorize import load_memory
   from m3jax.models.bert import TextEmbedder
 
+  if args.answerer == "trained":
+    trained_adapter_path(args.adapter)  # refused before anything loads
   graph = load_memory(args.memory)
   answerer = make_answerer(args.answerer, [graph], TextEmbedder.from_pretrained(), args.llm,
                            args.adapter)  # only the text embedder: no perception model loads
@@ -185,8 +189,8 @@ def add_eval(sub) -> None:
                                   "the memory directory each video's mem_path names (as memorize / demo write)")
   p.add_argument("annotations", help="{video_id: {mem_path, qa_list}} JSON (the demo writes one per episode)")
   p.add_argument("--answerer", choices=("trained", "llm", "rules"), default=None,
-                 help="trained (default without --config): the shipped controller; llm: the control loop on --llm "
-                      "as prompted; rules: deterministic retrieval answers")
+                 help="rules (default without --config): deterministic retrieval answers; llm: the control loop on "
+                      "--llm as prompted; trained: with a controller adapter (--set adapter=FILE)")
   p.add_argument("--llm", default=None, help="the controller's base model (default smollm2-135m-instruct)")
   p.add_argument("--judge", default=None, help="llm|http|exact|contains|f1|choice (default without --config: "
                                                "contains)")
@@ -204,7 +208,7 @@ def run_eval(args) -> int:
 
   if args.limit is not None and args.limit < 1:
     raise UserError(f"--limit must be >= 1, got {args.limit}")
-  config = load_config(args.config) if args.config else EvalConfig(answerer="trained", judge="contains")
+  config = load_config(args.config) if args.config else EvalConfig(answerer="rules", judge="contains")
   config = apply_overrides(config, args.overrides)
   flags = {"answerer": args.answerer, "model": args.llm, "judge": args.judge, "limit": args.limit}
   config = dataclasses.replace(config, annotations=args.annotations,

@@ -56,10 +56,10 @@ class EvalConfig:
   annotations: str = ""
   graphs_dir: str = ""          # "": a question's graph is its mem_path; else graphs_dir / basename(mem_path)
   output: str = "results/eval.jsonl"
-  # trained: the shipped controller (`model` + the LoRA `adapter`, greedy, with the protocol its adapter records);
+  # trained: `model` + a controller LoRA `adapter` (greedy, with the protocol its adapter records);
   # llm: the control loop on `model` as prompted; rules: the deterministic retrieval answerer
   answerer: str = "llm"
-  adapter: str = ""             # answerer=trained: a LoRA adapter file ("" = the shipped controller)
+  adapter: str = ""             # answerer=trained: a LoRA adapter file from train.py rl ("" = the shipped one)
   model: str = "smollm2-135m-instruct"   # the control policy: the shipped default, a .gguf or an HF directory
   embedder: str = "minilm"      # "minilm" (m3jax graphs), "hashed" or a *.embedder.json (official-format fixtures)
   judge: str = "llm"            # llm | http | exact | contains | f1 | choice

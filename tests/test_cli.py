@@ -70,6 +70,8 @@ def test_run_cli_turns_user_errors_into_one_line(capsys, monkeypatch):
   (["memorize", "v.mp4", "--memory", "{mem}", "--set", "clip_seconds=0"], "clip_seconds must be > 0"),
   (["eval", "{file}", "--limit", "0"], "--limit must be >= 1"),
   (["eval", "nope.json"], "annotation file not found: nope.json"),
+  (["ask", "--memory", "{mem}", "Who?", "--answerer", "trained", "--adapter", "none.npz"],
+   "adapter file not found: none.npz"),
 ])
 def test_subcommands_refuse_bad_values_on_one_line(argv, needle, tmp_path, capsys):
   existing = tmp_path / "notes.txt"

@@ -20,6 +20,7 @@ import numpy as np
 
 from m3jax.agent.control import Question
 from m3jax.data.questions import NOT_IN_MEMORY
+from m3jax.errors import UserError
 from m3jax.memory.search import MemorySearcher, SearchConfig, SearchRequest
 
 # The search settings of every answering path (`m3jax ask`, the demo, the memory service): the reference
@@ -120,21 +121,33 @@ class RuleAnswerer:
     return [self.answer_one(q) for q in questions]
 
 
-# The shipped controller: SmolLM2-135M-Instruct plus a LoRA adapter trained with `train.py rl`
-# (configs/rl_controller.py; model card beside it). Its metadata names the protocol it was trained with.
+# Where a shipped controller goes: SmolLM2-135M-Instruct plus a LoRA adapter trained with `train.py rl`
+# (configs/rl_controller.py), its metadata naming the protocol it was trained with. None ships yet: the
+# recipe's first CPU runs did not beat the rules answerer (see configs/rl_controller.py).
 SHIPPED_CONTROLLER = pathlib.Path(__file__).resolve().parents[1] / "data" / "controller" / "controller.npz"
+
+
+def trained_adapter_path(adapter: str | pathlib.Path | None) -> pathlib.Path:
+  """The adapter file a trained answerer loads: `adapter`, else the shipped one; a missing file is a UserError."""
+  path = pathlib.Path(adapter) if adapter else SHIPPED_CONTROLLER
+  if not path.is_file():
+    raise UserError(f"adapter file not found: {adapter}" if adapter else
+                    "no trained controller ships with this version: pass a LoRA adapter file written by "
+                    "`train.py rl` with lora_rank > 0 (e.g. configs/rl_controller.py: OUT_DIR/adapter.npz)")
+  return path
 
 
 def load_trained_controller(llm: str = "smollm2-135m-instruct", adapter: str | pathlib.Path | None = None):
   """(model with the adapter merged once, tokenizer, ControlConfig, max_new_tokens): a trained controller runs
   greedily with the protocol (rounds, inter-turn instruction, turn length) its adapter file records, as it was
-  trained and evaluated. `adapter` defaults to the shipped one."""
+  trained and evaluated. `adapter` defaults to the shipped one (`trained_adapter_path`)."""
   from m3jax.agent.control import ControlConfig
   from m3jax.models.llm import load_llm
   from m3jax.models.lora import load_adapter_file, merged
 
+  path = trained_adapter_path(adapter)
   model, tokenizer = load_llm(llm)
-  model, info = load_adapter_file(adapter or SHIPPED_CONTROLLER, model)
+  model, info = load_adapter_file(path, model)
   control = ControlConfig(max_rounds=int(info.get("max_rounds", 5)),
                           inter_turn_instruction=bool(info.get("inter_turn_instruction", True)))
   return merged(model), tokenizer, control, int(info.get("max_new_tokens", 192))

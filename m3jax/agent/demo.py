@@ -32,12 +32,12 @@ ANSWERERS = ("trained", "untrained", "rules")
 class DemoConfig:
   episode: EpisodeConfig = EpisodeConfig(seed=0, num_clips=4, num_characters=2)
   memorize: MemorizeConfig = MemorizeConfig()
-  # side by side, the first is the headline: trained = the shipped controller (SmolLM2-135M + its LoRA adapter,
-  # free-form turns), untrained = the same base prompted (turns constrained to the action format), rules = the
-  # deterministic retrieval baseline
-  answerers: tuple[str, ...] = ("trained", "rules", "untrained")
+  # answered side by side, per question type: rules = the deterministic retrieval baseline, untrained = the
+  # SmolLM2-135M base prompted (turns constrained to the action format), trained = the base plus a controller
+  # adapter trained with `train.py rl` (`adapter`; free-form turns, greedy)
+  answerers: tuple[str, ...] = ("rules",)
   llm: str = "smollm2-135m-instruct"
-  adapter: str = ""  # the trained controller's adapter file ("" = the shipped one)
+  adapter: str = ""  # the trained controller's LoRA adapter file ("" = the shipped one, when one ships)
   max_new_tokens: int = 48  # per controller turn (the trained controller's own limit comes from its adapter)
   out_dir: str = "m3jax_demo"
   progress: bool = True
@@ -58,14 +58,14 @@ def make_answerer(kind: str, graphs: list[MemoryGraph], embed_fn, llm: str = "sm
                   adapter: str | pathlib.Path | None = None, max_new_tokens: int = 48):
   """An answerer of `ANSWERERS` over `graphs`; `embed_fn` is the text embedder they were memorized with.
   `adapter` (trained only) defaults to the shipped controller."""
-  from m3jax.agent.answer import SHIPPED_CONTROLLER, LLMAnswerer, RuleAnswerer
+  from m3jax.agent.answer import LLMAnswerer, RuleAnswerer, trained_adapter_path
   if kind not in ANSWERERS:
     raise ValueError(f"answerer {kind!r}; expected one of {ANSWERERS}")
   if kind == "rules":
     return RuleAnswerer(graphs, embed_fn)
   if kind == "untrained":
     return LLMAnswerer(graphs, embed_fn, llm, max_new_tokens=max_new_tokens, constrain_actions=True)
-  return LLMAnswerer(graphs, embed_fn, llm, adapter=adapter or SHIPPED_CONTROLLER)
+  return LLMAnswerer(graphs, embed_fn, llm, adapter=trained_adapter_path(adapter))
 
 
 def answer_correct(answer: str, truth: str) -> bool:

@@ -19,11 +19,11 @@ class ServeConfig:
   keys_file: str = ""                     # lines `tenant:sha256hex` (written by `serve.py add-key`)
   keys_env: str = "M3JAX_SERVE_KEYS"      # same format, comma separated; merged with the file
   embedder: str = "minilm"                # minilm | hashed (bag-of-words; tests) | a fixture `*.embedder.json`
-  # trained: the shipped controller (llm + its LoRA adapter); controller: the llm as prompted; retrieval: the
-  # deterministic rule answerer
-  answerer: Literal["trained", "controller", "retrieval"] = "trained"
+  # retrieval: the deterministic rule answerer; controller: the llm as prompted; trained: llm + a controller
+  # LoRA adapter (`adapter`)
+  answerer: Literal["retrieval", "controller", "trained"] = "retrieval"
   llm: str = "smollm2-135m-instruct"
-  adapter: str = ""                       # answerer=trained: a LoRA adapter file ("" = the shipped controller)
+  adapter: str = ""                       # answerer=trained: a LoRA adapter file ("" = the shipped one)
   max_new_tokens: int = 192
   max_rounds: int = 5
   max_batch: int = 64                     # questions per answering batch
