@@ -363,3 +363,23 @@ def test_cli_eval_answers_from_the_memory_dirs_of_mem_path(memorized, episode, t
   who_said = [r for r in records if r["question_id"] in who_plan]
   assert who_said and all(r["correct"] for r in who_said)  # as test_who_said_is_answered_through_search
   assert f"results: {out}" in capsys.readouterr().out
+
+
+def test_cli_ask_with_a_trained_adapter_runs_the_protocol_its_file_records(memorized, tmp_path, capsys):
+  """`m3jax ask --answerer trained --adapter FILE`: the adapter file (here zero adapters on the real SmolLM2
+  weights, saved with a 2-round protocol) is loaded, merged, and the controller runs greedily with the rounds
+  recorded in its metadata, printing each round with --show-trajectory."""
+  from m3jax.cli import main
+  from m3jax.models import lora
+  from m3jax.models.llm import load_llm
+
+  mem, _, _ = memorized
+  model = lora.attach(load_llm("smollm2-135m-instruct")[0], lora.LoRAConfig(rank=2, targets=("q",)))
+  adapter = lora.export_adapter_file(tmp_path / "adapter.npz", model, {"max_rounds": 2, "max_new_tokens": 24,
+                                                                       "inter_turn_instruction": False})
+  capsys.readouterr()
+  assert main(["ask", "--memory", str(mem), "--answerer", "trained", "--adapter", str(adapter), "--show-trajectory",
+               "What does Rachel like to drink?"]) == 0
+  lines = capsys.readouterr().out.strip().splitlines()
+  rounds = [l for l in lines if l.startswith("round ")]
+  assert 1 <= len(rounds) <= 2 and rounds[0].startswith("round 1: [") and len(lines) == len(rounds) + 1
