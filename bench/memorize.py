@@ -62,7 +62,7 @@ def main() -> None:
         f"{graph.characters().mappings}")
   questions = episode_questions(ep)
   results = {}
-  for kind in ("rules", "llm") if args.llm else ("rules",):
+  for kind in ("rules", "untrained") if args.llm else ("rules",):
     t = time.perf_counter()
     answers = make_answerer(kind, [graph], models.text).answer(questions)
     acc = qa_accuracy(questions, answers)
@@ -71,7 +71,7 @@ def main() -> None:
           + ", ".join(f"{k} {acc[k]:.2f}" for k in QUESTION_TYPES + ("all",) if k in acc))
   short = dict(zip(QUESTION_TYPES, ("pu", "cmr", "mdr", "mhr", "gke")))
   per_type = " ".join(f"qa_{short[k]}={results['rules'][k]:.3f}" for k in QUESTION_TYPES if k in results["rules"])
-  llm = f" qa_acc_llm={results['llm']['all']:.3f}" if "llm" in results else ""
+  llm = f" qa_acc_llm={results['untrained']['all']:.3f}" if "untrained" in results else ""
   print(f"RESULT realtime_factor={report.realtime_factor:.3f} identity_purity={ident['purity']:.3f} "
         f"identity_completeness={ident['completeness']:.3f} face_recall={ident['face_recall']:.3f} "
         f"qa_acc={results['rules']['all']:.3f} {per_type}{llm} clips={args.clips} fps={args.fps}")
