@@ -14,12 +14,18 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCANNED = ("m3jax", "configs", "bench", "tests", ".ci", "train.py", "serve.py", "m3", "pyproject.toml", "README.md")
 SKIPPED_DIRS = {"__pycache__", ".pytest_cache", ".hypothesis"}
 BINARY = {".pkl", ".npz", ".npy", ".pyc", ".png", ".jpg", ".wav", ".mp4"}
-# a path into the sibling directory DIR beside the checkout: "../" + DIR, DIR + "/fixtures" (data, reference, hooks),
+# a path into the sibling directory DIR beside the checkout: the parent directory then DIR, DIR then fixtures (data,
+# reference, hooks),
 # or a pathlib join with a DIR component; plain words ("shared prefix", "shared by both") do not match
 # (the directory's name is spelled through DIR so that this file holds no such path itself)
 DIR = "sha" + "red"
-OUTSIDE = re.compile(rf"\.\./{DIR}\b|\b{DIR}/(?:fixtures|data|reference|hooks)\b"
-                     rf"|/\s*[\"']{DIR}[\"']|[\"']{DIR}[\"']\s*/")
+UP, SEP = re.escape(".."), "/"
+OUTSIDE = re.compile(UP + SEP + DIR + r"\b|\b" + DIR + SEP + r"(?:fixtures|data|reference|hooks)\b"
+                     + r"|/\s*[\"']" + DIR + r"[\"']|[\"']" + DIR + r"[\"']\s*/")
+
+
+def _path(*parts: str) -> str:
+  return SEP.join(parts)
 
 
 def _files():
@@ -31,8 +37,8 @@ def _files():
 
 
 def test_outside_pattern_is_precise():
-  hits = [f'FIX = ROOT.parent / "{DIR}" / "fixtures"', f"annotations=../{DIR}/data/m3bench/robot.json",
-          f"see {DIR}/reference/architecture.md", f"parents[2] / '{DIR}'"]
+  hits = [f'FIX = ROOT.parent / "{DIR}" / "fixtures"', "annotations=" + _path("..", DIR, "data", "robot.json"),
+          "see " + _path(DIR, "reference", "architecture.md"), f"parents[2] / '{DIR}'"]
   misses = ["a shared prefix of the prompt", "shared by both sides", "on a shared machine", "shared_cache",
             "shared/ beside it", '"shared"']
   assert all(OUTSIDE.search(s) for s in hits)

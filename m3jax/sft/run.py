@@ -149,15 +149,7 @@ def build(cfg: SFTConfig) -> Trainer:
   prompt = _prompt(cfg)
   train = sft_data.batches(splits["train"], tcfg, prompt, tok, chat, cfg.processor, spec, seed=cfg.data_seed)
   evals = sft_data.batches(splits["eval"], tcfg, prompt, tok, chat, cfg.processor, spec, seed=None)
-  eval_cache: list = []
-
-  def eval_batches():
-    if not eval_cache:
-      eval_cache.extend(evals[i] for i in range(len(evals)))
-    return eval_cache
-
-  return Trainer(model, cfg.train, cfg.out_dir, lambda k: train[k], eval_batches, progress=cfg.progress,
-                 mesh=_mesh(cfg))
+  return _trainer(cfg, model, train, evals)
 
 
 def _build_writer(cfg: SFTConfig) -> Trainer:
@@ -173,6 +165,11 @@ def _build_writer(cfg: SFTConfig) -> Trainer:
                                    cfg.length_buckets, seed=cfg.data_seed)
   evals = writer_data.text_batches(splits["eval"], tokenizer, cfg.writer_instruction, cfg.batch,
                                    cfg.length_buckets, seed=None)
+  return _trainer(cfg, model, train, evals)
+
+
+def _trainer(cfg: SFTConfig, model, train, evals) -> Trainer:
+  """A Trainer over indexable train/eval batch sources; the eval batches are materialised once, on first use."""
   eval_cache: list = []
 
   def eval_batches():

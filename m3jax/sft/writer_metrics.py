@@ -94,6 +94,10 @@ def matches(written: str, gold: str, people: ClipPeople) -> bool:
   return who is not None and who == gold_people(gold) and same_content(written, gold)
 
 
+def _ratio(part: float, whole: float) -> float:
+  return part / whole if whole else 0.0
+
+
 @dataclasses.dataclass
 class WriterScore:
   """Sums over clips; the properties are the reported rates."""
@@ -109,23 +113,23 @@ class WriterScore:
 
   @property
   def recall(self) -> float:
-    return self.recalled / self.gold if self.gold else 0.0
+    return _ratio(self.recalled, self.gold)
 
   @property
   def precision(self) -> float:
-    return self.correct / self.written if self.written else 0.0
+    return _ratio(self.correct, self.written)
 
   @property
   def valid_tag_share(self) -> float:
-    return self.raw_valid_tags / self.raw if self.raw else 0.0
+    return _ratio(self.raw_valid_tags, self.raw)
 
   @property
   def hallucinated_per_clip(self) -> float:
-    return self.hallucinated / self.clips if self.clips else 0.0
+    return _ratio(self.hallucinated, self.clips)
 
   @property
   def seconds_per_clip(self) -> float:
-    return self.seconds / self.clips if self.clips else 0.0
+    return _ratio(self.seconds, self.clips)
 
 
 def score_clip(score: WriterScore, gold: dict[str, list[str]], memories: ClipMemories, raw: Sequence[str],
