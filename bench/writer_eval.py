@@ -1,8 +1,8 @@
 """Memory writers on held-out episodes: gold-fact recall, precision, hallucinations, and QA over their memories.
 
   python bench/writer_eval.py                                   # 10 held-out episodes: template, untrained llm
-  python bench/writer_eval.py --adapter runs/sft_writer/adapter # + the trained writer
-  python bench/writer_eval.py --episodes 2 --writers template,trained --adapter DIR   # what fits a busy CPU
+  python bench/writer_eval.py --adapter runs/sft_writer/writer.npz # + the trained writer
+  python bench/writer_eval.py --episodes 2 --writers template,trained --adapter FILE  # what fits a busy CPU
 
 Each held-out episode (seeds from 1_000_000, never trained on) is rendered and perceived for real once (faces,
 voices, Whisper; cached in --work, `writer_data.perceive_episode`); every writer then writes the memories of the
@@ -95,7 +95,7 @@ def write_episode(kind: str, backend, instruction: str | None, observations):
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--episodes", type=int, default=10, help="held-out episodes (seeds 1000000, 1000001, ...)")
-  ap.add_argument("--adapter", default=None, help="a trained writer's adapter directory (adds the trained writer)")
+  ap.add_argument("--adapter", default=None, help="a trained writer's adapter file (adds the trained writer)")
   ap.add_argument("--writers", default=None, help="comma-separated subset of template,llm,trained")
   ap.add_argument("--llm", default="smollm2-135m-instruct", help="the untrained llm writer's LLM")
   ap.add_argument("--work", default="runs/writer_eval", help="rendered episodes + cached perception")

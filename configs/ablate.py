@@ -3,7 +3,7 @@
 and the no-semantic-memory row also on one 4-clip episode memorized from its video by the real perception.
 
   python -m m3jax.ablate --config configs/ablate.py
-  python -m m3jax.ablate --config configs/ablate.py --set trained_adapter=runs/rl/adapters   # the RL row
+  python -m m3jax.ablate --config configs/ablate.py --set trained_adapter=runs/rl_controller/adapter.npz   # the RL row
 
 Re-running the same command resumes: finished evaluations are kept in out_dir/evals, RL runs in out_dir/rl.
 """

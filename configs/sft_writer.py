@@ -3,10 +3,10 @@
 LoRA SFT of the shipped SmolLM2-135M-Instruct as the text memory writer, on real perception (rendered episodes,
 faces, voices, Whisper) paired with the episodes' gold memories (m3jax.sft.writer_data). Sized for a 2-core CPU:
 20 training episodes of 3 x 20-s clips (60 pairs; perceiving them takes about as long as the media, once, cached
-under data_dir), 150 steps of batch 2 at ~10 s each. The adapter and its card land in runs/sft_writer/adapter:
+under data_dir), 150 steps of batch 2 at ~10 s each. The adapter file lands in runs/sft_writer/writer.npz:
 
-  m3jax memorize VIDEO --memory DIR --writer llm --writer-adapter runs/sft_writer/adapter
-  python bench/writer_eval.py --adapter runs/sft_writer/adapter
+  m3jax memorize VIDEO --memory DIR --writer llm --writer-adapter runs/sft_writer/writer.npz
+  python bench/writer_eval.py --adapter runs/sft_writer/writer.npz
 
 Re-running the same command resumes from the last checkpoint in out_dir.
 """

@@ -77,12 +77,10 @@ class AblateConfig:
   max_rounds: int = 5
   max_new_tokens: int = 192
   constrain_base: bool = True  # the untrained base decodes inside the action format (a 135M model rarely writes it)
-  # the trained controller of the "prompting vs RL" row: a load_llm name/path, and/or a LoRA adapter directory
-  # (`models.lora.save_adapters`) on top of it (or of rl.model) with this rank / alpha and rl.lora_targets
+  # the trained controller of the "prompting vs RL" row: a load_llm name/path, and/or a controller adapter file
+  # (`train.py rl` with lora_rank > 0: OUT_DIR/adapter.npz) on top of it (or of rl.model)
   trained_model: str = ""
   trained_adapter: str = ""
-  trained_lora_rank: int = 8
-  trained_lora_alpha: float = 16.0
   rl: RLConfig = RLConfig()  # the base controller (rl.model) and the budget every RL row trains with
   algorithms: tuple[str, ...] = ("grpo", "dapo", "taura")
   rl_seeds: tuple[int, ...] = (1, 2, 3)
@@ -260,7 +258,7 @@ class Ablation:
   def model(self, which: str):
     """(model, tokenizer) of the base controller, the trained one, the shared warm start or an RL run's result,
     ready to decode (LoRA adapters merged). RL runs' policies are used once and not kept."""
-    from m3jax.models.lora import restore_adapters
+    from m3jax.models.lora import load_adapter_file
     from m3jax.rl.program import load_model
     if which.startswith("rl-"):
       return self.train(which)
@@ -269,12 +267,9 @@ class Ablation:
       if which == "base":
         model, tok = load_model(c.rl)
       elif which == "trained":
-        rl = dataclasses.replace(c.rl, model=c.trained_model or c.rl.model,
-                                 lora_rank=c.trained_lora_rank if c.trained_adapter else 0,
-                                 lora_alpha=c.trained_lora_alpha)
-        model, tok = load_model(rl)
+        model, tok = load_model(dataclasses.replace(c.rl, model=c.trained_model or c.rl.model, lora_rank=0))
         if c.trained_adapter:
-          model = restore_adapters(c.trained_adapter, model)
+          model, _ = load_adapter_file(c.trained_adapter, model, kind="controller")
       else:
         model, tok = self.warm_program().model, self.warm_program().tokenizer
       self._models[which] = (_decoding(model), tok)

@@ -1,7 +1,7 @@
 """The `m3jax` command: memorize a video, ask about it, or run the whole demo on the embedded default models.
 
   m3jax memorize VIDEO --memory DIR [--append] [--writer template|llm|omni [--omni-model DIR]] [--max-clips N]
-                [--writer-adapter DIR (a trained llm writer)]
+                [--writer-adapter FILE (a trained llm writer)]
                 [--config F --set k=v]
   m3jax memorize --videos LIST|GLOB --memory ROOT [...]   # ROOT/<video stem>; a pod shares the videos out
   m3jax ask --memory DIR "question" [--answerer rules|untrained|trained --adapter F] [--show-trajectory]
@@ -46,7 +46,7 @@ def add_memorize(sub) -> None:
   p.add_argument("--omni-model", default=None,
                  help="local HF Qwen2.5-Omni / M3-Agent-Memorization directory for --writer omni")
   p.add_argument("--writer-adapter", default=None,
-                 help="trained writer adapter directory for --writer llm (train.py sft --config configs/sft_writer.py)")
+                 help="trained writer adapter file for --writer llm (train.py sft --config configs/sft_writer.py)")
   p.add_argument("--max-clips", type=int, default=None, help="memorize at most N (>= 1) more clips")
   p.add_argument("--no-progress", action="store_true")
   add_config_args(p)

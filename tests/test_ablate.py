@@ -74,11 +74,11 @@ def test_another_config_in_the_same_out_dir_is_refused(first, capsys):
 
 
 def test_a_trained_adapter_fills_the_prompting_vs_rl_row(tmp_path):
-  from m3jax.models.lora import save_adapters
+  from m3jax.models.lora import export_adapter_file
   from m3jax.rl.program import load_model
-  cfg = tiny(tmp_path / "out", "rows=('rl',)", f"trained_adapter={tmp_path / 'adapter'}", "trained_lora_rank=2")
-  model, _ = load_model(dataclasses.replace(cfg.rl, lora_rank=2, lora_alpha=cfg.trained_lora_alpha))
-  save_adapters(tmp_path / "adapter", model)
+  cfg = tiny(tmp_path / "out", "rows=('rl',)", f"trained_adapter={tmp_path / 'adapter.npz'}")
+  model, _ = load_model(dataclasses.replace(cfg.rl, lora_rank=2))
+  export_adapter_file(tmp_path / "adapter.npz", model, "controller")
   result = Ablation(cfg, progress=False).run()
   row, = [r for r in result["rows"] if r["id"] == "rl"]
   assert row["value"] is not None and row["vs"] == "prompting" and row["evals"] == ["m3_graph-llm-trained"]

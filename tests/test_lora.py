@@ -1,8 +1,7 @@
 """LoRA adapters: zero adapters are the base model bitwise, a LoRA learner step is the full DAPO step restricted
-to the adapters of the explicitly merged model, adapters save/restore alone, and config values are validated."""
+to the adapters of the explicitly merged model, adapter files load exactly or refuse, and config values are validated."""
 
 import dataclasses
-import pathlib
 
 import jax
 import jax.numpy as jnp
@@ -135,29 +134,25 @@ SMOLLM2 = DecoderConfig(vocab_size=49152, hidden_size=576, intermediate_size=153
                         num_kv_heads=3, head_dim=64, tie_embeddings=True)
 
 
-def _dir_bytes(path: pathlib.Path) -> int:
-  return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-
-
-def test_adapters_save_and_restore_alone(tmp_path):
+def test_adapters_are_sized_like_their_weights_and_ship_in_float16(tmp_path):
   # SmolLM2-135M-shaped, rank 8 on all seven projections: the base stays abstract (never allocated)
   smol = lora.attach(nnx.eval_shape(lambda: Decoder(SMOLLM2, rngs=nnx.Rngs(0))), lora.LoRAConfig(rank=8))
-  lora.save_adapters(tmp_path / "smol", smol)
-  adapter_bytes = sum(x.nbytes for x in jax.tree.leaves(nnx.state(smol, lora.LoRAParam)))
+  adapter_bytes = sum(x.size * 4 for x in jax.tree.leaves(nnx.state(smol, lora.LoRAParam)))
   assert adapter_bytes == 30 * 8 * 4 * (576 * 9 + 192 * 2 + 1536 * 3)  # A and B of q k v o gate up down: 9.8 MB
-  assert _dir_bytes(tmp_path / "smol") < adapter_bytes + 200_000  # nothing but the adapters (4.4 MB: B = 0 compresses)
 
+  base = Decoder(CFG, rngs=nnx.Rngs(0))
   trained = _randomise_b(lora.attach(Decoder(CFG, rngs=nnx.Rngs(0)), lora.LoRAConfig(rank=4)))
-  lora.save_adapters(tmp_path / "tiny", trained)
-  fresh = lora.attach(Decoder(CFG, rngs=nnx.Rngs(0)), lora.LoRAConfig(rank=4), seed=9)
-  assert not np.array_equal(fresh(TOKENS)[0], trained(TOKENS)[0])
-  lora.restore_adapters(tmp_path / "tiny", fresh)
-  np.testing.assert_array_equal(fresh(TOKENS)[0], trained(TOKENS)[0])
-  other = lora.attach(Decoder(CFG, rngs=nnx.Rngs(0)), lora.LoRAConfig(rank=4, alpha=4.0))
-  with pytest.raises(checkpoint.CheckpointError, match="alpha"):
-    lora.restore_adapters(tmp_path / "tiny", other)
-  with pytest.raises(checkpoint.CheckpointError, match="no adapters"):
-    lora.restore_adapters(tmp_path / "tiny", Decoder(CFG, rngs=nnx.Rngs(0)))
+  full = lora.export_adapter_file(tmp_path / "f32.npz", trained, "controller")
+  half = lora.export_adapter_file(tmp_path / "f16.npz", trained, "controller", dtype="float16")
+  assert half.stat().st_size < 0.6 * full.stat().st_size
+  exact = lora.load_adapter_file(full, Decoder(CFG, rngs=nnx.Rngs(0)), "controller")[0](TOKENS)[0]
+  rounded = lora.load_adapter_file(half, Decoder(CFG, rngs=nnx.Rngs(0)), "controller")[0](TOKENS)[0]
+  np.testing.assert_array_equal(exact, trained(TOKENS)[0])
+  # float16 keeps ~11 bits: the adapters' effect on the logits moves by well under 1% of itself
+  effect = float(jnp.max(jnp.abs(trained(TOKENS)[0] - base(TOKENS)[0])))
+  assert 0 < float(jnp.max(jnp.abs(rounded - exact))) < 0.01 * effect
+  with pytest.raises(ValueError, match="dtype 'bfloat16'"):
+    lora.export_adapter_file(tmp_path / "x.npz", trained, "controller", dtype="bfloat16")
 
 
 @pytest.mark.parametrize("kwargs,field", [(dict(rank=-1), "lora_rank"), (dict(rank=2, alpha=0.0), "lora_alpha"),
@@ -179,18 +174,20 @@ def test_adapter_file_round_trips_and_refuses_what_it_cannot_load(tmp_path):
   another base, a file with an unknown array, and a non-adapter file are refused by name."""
   trained = _randomise_b(lora.attach(Decoder(CFG, rngs=nnx.Rngs(0)), lora.LoRAConfig(rank=4, alpha=8.0,
                                                                                       targets=("q", "down"))))
-  path = lora.export_adapter_file(tmp_path / "a.npz", trained, {"max_rounds": 3})
-  loaded, info = lora.load_adapter_file(path, Decoder(CFG, rngs=nnx.Rngs(0)), seed=5)
+  path = lora.export_adapter_file(tmp_path / "a.npz", trained, "controller", {"max_rounds": 3})
+  loaded, info = lora.load_adapter_file(path, Decoder(CFG, rngs=nnx.Rngs(0)), "controller", seed=5)
   assert info["max_rounds"] == 3 and info["rank"] == 4 and info["targets"] == ["q", "down"]
   np.testing.assert_array_equal(loaded(TOKENS)[0], trained(TOKENS)[0])
   wider = dataclasses.replace(CFG, intermediate_size=96)
   with pytest.raises(checkpoint.CheckpointError, match="w_down_a has shape"):
-    lora.load_adapter_file(path, Decoder(wider, rngs=nnx.Rngs(0)))
+    lora.load_adapter_file(path, Decoder(wider, rngs=nnx.Rngs(0)), "controller")
+  with pytest.raises(checkpoint.CheckpointError, match="is a controller adapter, not a writer adapter"):
+    lora.load_adapter_file(path, Decoder(CFG, rngs=nnx.Rngs(0)), "writer")
   with np.load(path) as z:
     arrays = dict(z)
   np.savez(tmp_path / "extra.npz", **arrays, stray=np.zeros(2))
   with pytest.raises(checkpoint.CheckpointError, match="unused adapter arrays.*stray"):
-    lora.load_adapter_file(tmp_path / "extra.npz", Decoder(CFG, rngs=nnx.Rngs(0)))
+    lora.load_adapter_file(tmp_path / "extra.npz", Decoder(CFG, rngs=nnx.Rngs(0)), "controller")
   np.savez(tmp_path / "plain.npz", x=np.zeros(2))
   with pytest.raises(checkpoint.CheckpointError, match="not an m3jax LoRA adapter"):
-    lora.load_adapter_file(tmp_path / "plain.npz", Decoder(CFG, rngs=nnx.Rngs(0)))
+    lora.load_adapter_file(tmp_path / "plain.npz", Decoder(CFG, rngs=nnx.Rngs(0)), "controller")

@@ -375,7 +375,7 @@ def test_cli_ask_with_a_trained_adapter_runs_the_protocol_its_file_records(memor
 
   mem, _, _ = memorized
   model = lora.attach(load_llm("smollm2-135m-instruct")[0], lora.LoRAConfig(rank=2, targets=("q",)))
-  adapter = lora.export_adapter_file(tmp_path / "adapter.npz", model, {"max_rounds": 2, "max_new_tokens": 24,
+  adapter = lora.export_adapter_file(tmp_path / "adapter.npz", model, "controller", {"max_rounds": 2, "max_new_tokens": 24,
                                                                        "inter_turn_instruction": False})
   capsys.readouterr()
   assert main(["ask", "--memory", str(mem), "--answerer", "trained", "--adapter", str(adapter), "--show-trajectory",

@@ -141,15 +141,22 @@ def test_replay_graph_rebuilds_the_perception_memory(perceived):
 
 
 def test_config_adapter_builds_the_trained_writer(tmp_path, monkeypatch):
-  """`writer=llm` + `writer_adapter` builds the writer from the adapter's card: its base LLM with the adapter,
-  prompted with the instruction it was trained on (`writer_chat`, which loads the LLM, records its arguments)."""
+  """`writer=llm` + `writer_adapter` builds the writer from the adapter file's metadata: its base LLM with the
+  adapter, prompted with the instruction it was trained on (`writer_chat`, which loads the LLM, records its
+  arguments). A controller adapter, or a file that is not an adapter, is refused by name."""
+  from flax import nnx
+
   from m3jax.agent import writers
   from m3jax.agent.memorize import MemorizeConfig, Memorizer
-  adapter = tmp_path / "adapter"
-  adapter.mkdir()
-  card = {"base_llm": "base.gguf", "instruction": "Write memories.", "lora": {"rank": 4, "alpha": 8.0,
-                                                                              "targets": ["q"]}}
-  (adapter / writers.ADAPTER_CARD).write_text(json.dumps(card))
+  from m3jax.checkpoint import CheckpointError
+  from m3jax.models import lora
+  from m3jax.models.decoder import Decoder, DecoderConfig
+  tiny = lora.attach(Decoder(DecoderConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_layers=1,
+                                           num_heads=2, num_kv_heads=1, head_dim=8), rngs=nnx.Rngs(0)),
+                     lora.LoRAConfig(rank=2, targets=("q",)))
+  adapter = lora.export_adapter_file(tmp_path / "writer.npz", tiny, "writer",
+                                     {"base_llm": "base.gguf", "instruction": "Write memories."})
+  controller = lora.export_adapter_file(tmp_path / "controller.npz", tiny, "controller", {"max_rounds": 2})
   asked, prompts = [], []
 
   def chat(llm, adapter=None, frequency_penalty=0.5):
@@ -164,3 +171,5 @@ def test_config_adapter_builds_the_trained_writer(tmp_path, monkeypatch):
     MemorizeConfig(writer_adapter=str(adapter))
   with pytest.raises(FileNotFoundError, match="is not a trained writer adapter"):
     Memorizer(tmp_path / "n", MemorizeConfig(writer="llm", writer_adapter=str(tmp_path)))
+  with pytest.raises(CheckpointError, match="is a controller adapter, not a writer adapter"):
+    Memorizer(tmp_path / "o", MemorizeConfig(writer="llm", writer_adapter=str(controller)))

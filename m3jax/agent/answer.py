@@ -147,7 +147,7 @@ def load_trained_controller(llm: str = "smollm2-135m-instruct", adapter: str | p
 
   path = trained_adapter_path(adapter)
   model, tokenizer = load_llm(llm)
-  model, info = load_adapter_file(path, model)
+  model, info = load_adapter_file(path, model, kind="controller")
   control = ControlConfig(max_rounds=int(info.get("max_rounds", 5)),
                           inter_turn_instruction=bool(info.get("inter_turn_instruction", True)))
   return merged(model), tokenizer, control, int(info.get("max_new_tokens", 192))

@@ -69,8 +69,8 @@ class MemorizeConfig:
   # (`--set writer=omni --set omni_model=DIR`)
   writer: str = "template"
   writer_llm: str = "smollm2-135m-instruct"  # a shipped name, an HF directory or a .gguf file
-  # writer=llm only: a trained writer's adapter directory (`train.py sft --config configs/sft_writer.py`); its
-  # card names the base LLM, which then replaces `writer_llm`
+  # writer=llm only: a trained writer's adapter file (`train.py sft --config configs/sft_writer.py`); its
+  # metadata names the base LLM, which then replaces `writer_llm`
   writer_adapter: str | None = None
   omni_model: str | None = None
   omni_attention_chunk: int = 1024  # query block of the thinker's attention (30-s clips are thousands of tokens)

@@ -269,17 +269,16 @@ class LLMWriter(FallbackState):
     return [m if m is not None else ClipMemories() for m in out]
 
 
-ADAPTER_CARD = "writer.json"  # in an adapter directory: the base LLM, instruction and LoRA settings it was trained with
-
-
 def read_adapter_card(adapter: str | pathlib.Path) -> dict[str, Any]:
-  """The card of a trained writer's adapter directory (written by `m3jax.sft.run`)."""
-  path = pathlib.Path(adapter) / ADAPTER_CARD
+  """The metadata of a trained writer's adapter file (`train.py sft --config configs/sft_writer.py` writes
+  OUT_DIR/writer.npz): the base LLM and the instruction it was trained with, and its LoRA settings."""
+  from m3jax.models.lora import read_adapter_meta
+  path = pathlib.Path(adapter)
   if not path.is_file():
-    raise FileNotFoundError(f"{adapter} is not a trained writer adapter (no {ADAPTER_CARD}; train one with "
-                            "`train.py sft --config configs/sft_writer.py`)")
-  card = json.loads(path.read_text())
-  missing = [k for k in ("base_llm", "instruction", "lora") if k not in card]
+    raise FileNotFoundError(f"{adapter} is not a trained writer adapter file (train one with "
+                            "`train.py sft --config configs/sft_writer.py`: OUT_DIR/writer.npz)")
+  card = read_adapter_meta(path, kind="writer")
+  missing = [k for k in ("base_llm", "instruction") if k not in card]
   if missing:
     raise ValueError(f"{path} lacks {missing}")
   return card
@@ -289,17 +288,15 @@ def writer_chat(llm: str, max_new_tokens: int = 512, adapter: str | pathlib.Path
                 frequency_penalty: float = 0.5) -> Callable[[list[list[Message]]], list[str]]:
   """The `llm` memory writer's backend: batch chat completion on a local LLM through the m3jax sampler (greedy with
   a frequency penalty, stops at <|im_end|>), constrained to the writer's JSON contract so every reply parses.
-  `adapter`: a trained writer's directory; its LoRA adapters are folded into the LLM's weights (`lora.merged`)."""
+  `adapter`: a trained writer's adapter file; its LoRA adapters are folded into the LLM's weights (`lora.merged`)."""
   from m3jax.agent.policy import ChatCompleter
   from m3jax.models.llm import load_llm
   from m3jax.models.sampling import Sampler, SamplingConfig
 
   model, tokenizer = load_llm(llm)
   if adapter is not None:
-    from m3jax.models.lora import LoRAConfig, attach, merged, restore_adapters
-    lora = read_adapter_card(adapter)["lora"]
-    attach(model, LoRAConfig(int(lora["rank"]), float(lora["alpha"]), tuple(lora["targets"])))
-    model = merged(restore_adapters(pathlib.Path(adapter) / "adapters", model))
+    from m3jax.models.lora import load_adapter_file, merged
+    model = merged(load_adapter_file(adapter, model, kind="writer")[0])
   stop = tuple(tokenizer.encode("<|im_end|>", add_special_tokens=False)[:1])
   config = SamplingConfig(max_new_tokens=max_new_tokens, greedy=True, stop_token_ids=stop,
                           frequency_penalty=frequency_penalty)
@@ -320,7 +317,7 @@ def make_writer(kind: str, complete: Callable[[list[list[Message]]], list[str]] 
                 omni_model: str | None = None, llm: str | None = None, adapter: str | None = None,
                 **omni_options: Any) -> MemoryWriter:
   """Writer by name: "template", "llm" (on `complete`, or else on the local LLM `llm` through `writer_chat`; with
-  `adapter`, a trained writer's directory: `trained_writer`) or "omni" (which needs `omni_model`, a local Hugging
+  `adapter`, a trained writer's adapter file: `trained_writer`) or "omni" (which needs `omni_model`, a local Hugging
   Face Qwen2.5-Omni / M3-Agent-Memorization directory; `omni_options` go to
   `m3jax.agent.omni_writer.load_omni_writer`, e.g. processor, attention_chunk, max_new_tokens)."""
   if adapter is not None and kind != "llm":

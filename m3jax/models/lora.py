@@ -118,44 +118,26 @@ def adapter_state(model: nnx.Module) -> nnx.State:
   return nnx.state(model, LoRAParam)
 
 
-def save_adapters(directory: str | pathlib.Path, model: nnx.Module, step: int = 0) -> None:
-  """Writes only the adapter arrays (+ rank/alpha/targets) as an orbax checkpoint under `directory`."""
-  ckpt = checkpoint.Checkpointer(directory)
-  ckpt.save(step, nnx.to_pure_dict(adapter_state(model)), dataclasses.asdict(model.lora.cfg))
-  ckpt.close()
-
-
-def restore_adapters(directory: str | pathlib.Path, model: nnx.Module, step: int | None = None) -> nnx.Module:
-  """Loads saved adapters into `model`, which must carry adapters of the same rank, alpha and targets."""
-  if getattr(model, "lora", None) is None:
-    raise checkpoint.CheckpointError("the model has no adapters to restore into (lora_rank = 0)")
-  ckpt = checkpoint.Checkpointer(directory)
-  state = adapter_state(model)
-  try:
-    arrays, meta = ckpt.restore(nnx.to_pure_dict(state), step)
-  finally:
-    ckpt.close()
-  saved = LoRAConfig(meta["rank"], meta["alpha"], tuple(meta["targets"]))
-  if saved != model.lora.cfg:
-    raise checkpoint.CheckpointError(f"adapters in {directory} are {saved}, the model's are {model.lora.cfg}")
-  nnx.replace_by_pure_dict(state, arrays)
-  nnx.update(model, state)
-  return model
-
-
 ADAPTER_FORMAT = "m3jax-lora-1"
 
 
-def export_adapter_file(path: str | pathlib.Path, model: nnx.Module, meta: dict | None = None) -> pathlib.Path:
+ADAPTER_KINDS = ("controller", "writer")  # what an adapter was trained to do; loaders refuse the other kind
+
+
+def export_adapter_file(path: str | pathlib.Path, model: nnx.Module, kind: str, meta: dict | None = None,
+                        dtype: str = "float32") -> pathlib.Path:
   """Writes the adapters as one compressed `.npz` (arrays named `<weight>_a|b`, plus a JSON `__meta__` entry with
-  rank, alpha, targets and `meta`): the shippable form. Unlike an orbax directory it reads from a read-only
-  install (site-packages) and is one file to commit."""
+  kind, rank, alpha, targets and `meta`): the shippable form. Unlike an orbax directory it reads from a read-only
+  install (site-packages) and is one file to commit. `dtype="float16"` halves a shipped file; loading casts back
+  to the model's dtype."""
   lora = getattr(model, "lora", None)
   if lora is None:
     raise ValueError("the model has no adapters to export (lora_rank = 0)")
-  arrays = {f"{TARGETS[t][0]}_{ab}": np.asarray(getattr(lora, f"{TARGETS[t][0]}_{ab}")[...])
+  if kind not in ADAPTER_KINDS or dtype not in ("float32", "float16"):
+    raise ValueError(f"adapter kind {kind!r} / dtype {dtype!r}: expected one of {ADAPTER_KINDS} / float32|float16")
+  arrays = {f"{TARGETS[t][0]}_{ab}": np.asarray(getattr(lora, f"{TARGETS[t][0]}_{ab}")[...], dtype)
             for t in lora.cfg.targets for ab in "ab"}
-  info = {"format": ADAPTER_FORMAT, "rank": lora.cfg.rank, "alpha": lora.cfg.alpha,
+  info = {"format": ADAPTER_FORMAT, "kind": kind, "rank": lora.cfg.rank, "alpha": lora.cfg.alpha,
           "targets": list(lora.cfg.targets), **(meta or {})}
   path = pathlib.Path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
@@ -164,8 +146,8 @@ def export_adapter_file(path: str | pathlib.Path, model: nnx.Module, meta: dict 
   return path
 
 
-def read_adapter_meta(path: str | pathlib.Path) -> dict:
-  """The JSON metadata of an exported adapter file (refuses anything else by name)."""
+def read_adapter_meta(path: str | pathlib.Path, kind: str | None = None) -> dict:
+  """The JSON metadata of an exported adapter file (refuses anything else, or another `kind`, by name)."""
   try:
     with np.load(path) as z:
       info = json.loads(bytes(z["__meta__"]).decode())
@@ -173,13 +155,16 @@ def read_adapter_meta(path: str | pathlib.Path) -> dict:
     raise checkpoint.CheckpointError(f"{path} is not an m3jax LoRA adapter file: {e}") from e
   if info.get("format") != ADAPTER_FORMAT:
     raise checkpoint.CheckpointError(f"{path}: adapter format {info.get('format')!r}, expected {ADAPTER_FORMAT!r}")
+  if kind is not None and info.get("kind") != kind:
+    raise checkpoint.CheckpointError(f"{path} is a {info.get('kind')} adapter, not a {kind} adapter")
   return info
 
 
-def load_adapter_file(path: str | pathlib.Path, model: nnx.Module, seed: int = 0) -> tuple[nnx.Module, dict]:
+def load_adapter_file(path: str | pathlib.Path, model: nnx.Module, kind: str, seed: int = 0
+                      ) -> tuple[nnx.Module, dict]:
   """Attaches adapters of the file's rank/alpha/targets to `model` and fills them from the file; every array is
   consumed and shape-checked, or the load fails naming it. Returns (model, metadata)."""
-  info = read_adapter_meta(path)
+  info = read_adapter_meta(path, kind)
   cfg = LoRAConfig(int(info["rank"]), float(info["alpha"]), tuple(info["targets"]))
   attach(model, cfg, seed=seed)
   with np.load(path) as z:

@@ -314,7 +314,7 @@ class RLProgram:
     log.close()
     ckpt.close()
     if c.lora_rank:
-      export_adapter_file(out / "adapter.npz", self.model, self.adapter_meta())
+      export_adapter_file(out / "adapter.npz", self.model, "controller", self.adapter_meta())
     return history
 
   def adapter_meta(self) -> dict[str, Any]:

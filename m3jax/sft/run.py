@@ -10,16 +10,14 @@ the writer loads them by (`m3jax.agent.writers.trained_writer`).
 from __future__ import annotations
 
 import dataclasses
-import json
 import pathlib
 
 from m3jax.agent.perceive import PerceptionConfig
-from m3jax.agent.writers import ADAPTER_CARD
 from m3jax.data.episodes import EpisodeConfig
 from m3jax.data.questions import check_split
 from m3jax.distributed import DistributedConfig, global_mesh
 from m3jax.models.decoder import DecoderConfig
-from m3jax.models.lora import LoRAConfig, attach, save_adapters
+from m3jax.models.lora import LoRAConfig, attach, export_adapter_file
 from m3jax.models.omni.audio import AudioConfig
 from m3jax.models.omni.placeholders import SpecialTokens
 from m3jax.models.omni.processor import ProcessorConfig
@@ -182,15 +180,14 @@ def _trainer(cfg: SFTConfig, model, train, evals) -> Trainer:
 
 
 def save_writer_adapter(cfg: SFTConfig, trainer: Trainer) -> pathlib.Path:
-  """`<out_dir>/adapter`: the trained adapters (`adapters/`) and the card `trained_writer` loads them by."""
+  """`<out_dir>/writer.npz`: the trained adapters with what `trained_writer` needs to run them (base LLM and
+  instruction) and what reproduces them (steps, seeds, episode shape)."""
   import jax
-  out = pathlib.Path(cfg.out_dir) / "adapter"
+  out = pathlib.Path(cfg.out_dir) / "writer.npz"
   if jax.process_index() == 0:
-    save_adapters(out / "adapters", trainer.model, trainer.step)
-    card = {"base_llm": cfg.writer_llm, "instruction": cfg.writer_instruction,
-            "lora": dataclasses.asdict(cfg.lora), "steps": trainer.step,
+    meta = {"base_llm": cfg.writer_llm, "instruction": cfg.writer_instruction, "steps": trainer.step,
             "train_seeds": list(cfg.train_seeds), "episode": dataclasses.asdict(cfg.episode)}
-    (out / ADAPTER_CARD).write_text(json.dumps(card, indent=1))
+    export_adapter_file(out, trainer.model, "writer", meta)
   return out
 
 
