@@ -70,3 +70,63 @@ def test_rl_train_with_a_local_llm_judge(tmp_path):
   assert verdicts[1].valid and not verdicts[1].correct and verdicts[1].raw == ""  # empty answer: no call
   history = program.run()
   assert len(history) == 1 and "reward/judge_invalid" in history[0]
+
+
+def test_warm_start_survives_crashes_in_itself_and_after_it(tmp_path, monkeypatch):
+  """A crash in the second warm-start step resumes from the first; a crash in the first DAPO step leaves the
+  step-0 checkpoint and adapter.npz of the cloned policy, and the restart does not clone again. The step-0 and
+  step-1 records then equal an uninterrupted run's."""
+  import dataclasses
+
+  import numpy as np
+
+  from m3jax.config import apply_overrides, load_config
+  from m3jax.models.lora import read_adapter_meta
+  from m3jax.rl import program as program_lib
+
+  base = apply_overrides(load_config("configs/rl_tiny.py"), [a for a in FAST if a != "--set"])
+  cfg = lambda name: dataclasses.replace(base, steps=1, warm_start_steps=2, warm_start_questions=2, lora_rank=4,
+                                         out_dir=str(tmp_path / name))
+  program_lib.RLProgram(cfg("full")).run()
+
+  build, calls = program_lib.rollout.build_batch, []
+
+  def crash_on_second(*a, **kw):
+    calls.append(1)
+    if len(calls) == 2:
+      raise RuntimeError("killed in warm-start step 2")
+    return build(*a, **kw)
+
+  monkeypatch.setattr(program_lib.rollout, "build_batch", crash_on_second)
+  with pytest.raises(RuntimeError, match="warm-start step 2"):
+    program_lib.RLProgram(cfg("run")).run()
+  monkeypatch.setattr(program_lib.rollout, "build_batch", build)
+
+  def dies(*a, **kw):
+    raise RuntimeError("killed in DAPO")
+
+  program = program_lib.RLProgram(cfg("run"))
+  monkeypatch.setattr(program, "train_step", dies)
+  monkeypatch.setattr(program_lib.rollout, "build_batch", lambda *a, **kw: calls.append(1) or build(*a, **kw))
+  with pytest.raises(RuntimeError, match="killed in DAPO"):
+    program.run()
+  assert len(calls) == 3  # only warm-start step 2 ran again
+  out = tmp_path / "run"
+  assert (out / "ckpt" / "0").is_dir() and not (out / "warm_ckpt").exists()
+  with np.load(out / "adapter.npz") as z:  # the cloned adapters, exported before DAPO
+    assert read_adapter_meta(out / "adapter.npz")["steps"] == 0 and len(z.files) > 1
+    for key in set(z.files) - {"__meta__"}:
+      np.testing.assert_array_equal(z[key], np.asarray(getattr(program.model.lora, key)[...]))
+
+  def clones_again(*a, **kw):
+    raise AssertionError("the warm start ran again")
+
+  program = program_lib.RLProgram(cfg("run"))
+  monkeypatch.setattr(program, "warm_start", clones_again)
+  program.run()
+  full, resumed = _lines(tmp_path / "full" / "metrics.jsonl"), _lines(out / "metrics.jsonl")
+  assert [r["step"] for r in resumed] == [r["step"] for r in full] == [0, 1]
+  for key in ("warm/loss", "warm/grad_norm", "warm/tokens"):
+    assert resumed[0][key] == full[0][key], key
+  for key in ("train/loss", "train/grad_norm", "reward/total", "rollout/generated_tokens"):
+    assert resumed[1][key] == full[1][key], key

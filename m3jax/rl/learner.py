@@ -3,10 +3,16 @@
 One rollout batch of N trajectories is trained for `epochs` passes of `mini_batches` optimizer steps each (so
 the importance ratio moves away from 1 and the clip bounds can bind, unlike the reference's single step on the
 data its old log-probs came from, §5.10). A mini-batch is laid out on the host as `[A, M, T]` (A accumulation
-steps of M sequences, M sharded over `data`×`fsdp`); the jitted step computes the mini-batch's loss
-denominator first, then `lax.scan`s over the A micro-batches summing `objective / denominator` gradients, so
-the result is the exact gradient of the whole-mini-batch token mean. A step whose gradients are not finite is
-skipped (optax.apply_if_finite) and counted. The parameter arrays live in the Decoder passed in: after each
+steps of M sequences, M sharded over `data`×`fsdp`); the mini-batch's loss denominator is computed first, then
+a jitted step `lax.scan`s over the A micro-batches summing `objective / denominator` gradients, so the result is
+the exact gradient of the whole-mini-batch token mean; a second jitted step clips and applies it. A step whose
+gradients are not finite is skipped (optax.apply_if_finite) and counted.
+With `length_bucket > 0` the rows of a mini-batch are sorted by length and every micro-batch is cut to its own
+longest row, rounded up to a multiple of `length_bucket`: the micro-batches run one by one (one compilation per
+length bucket) and their gradient sums are added. The denominator is still the whole mini-batch's, so the
+objective is unchanged; only rows of the trajectories' padding are no longer computed (rows of 300 and 1100
+tokens no longer both cost 1100). Sorting needs the whole global batch on every process, which `update`
+requires anyway. The parameter arrays live in the Decoder passed in: after each
 update they are written back into it with `nnx.update`, so the sampler decodes with them without a copy
 (the step donates the old arrays: build the Sampler after an update, as `m3jax.rl.program` does per rollout).
 With LoRA adapters attached to the Decoder (`m3jax.models.lora`), only the adapters are differentiated and hold
@@ -35,6 +41,7 @@ from m3jax.models.decoder import Decoder
 from m3jax.models.lora import LoRAParam
 from m3jax.rl import logprobs as lp_lib
 from m3jax.rl import losses
+from m3jax.rl.rollout import bucket_length
 
 Batch = dict[str, np.ndarray]
 
@@ -69,6 +76,8 @@ class LearnerConfig:
   epochs: int = 1
   mini_batches: int = 1  # optimizer steps per epoch
   micro_batch: int = 0  # sequences per accumulation step; 0 = the whole mini-batch in one step
+  # > 0: micro-batches of rows of similar length, each padded only to a multiple of this (module docstring)
+  length_bucket: int = 0
   seq_chunk: int = 256
   vocab_chunk: int = 8192
   layer_loop: Literal["unroll", "scan"] = "unroll"  # "scan" compiles once for very deep models
@@ -77,8 +86,10 @@ class LearnerConfig:
   def __post_init__(self):
     if self.layer_loop not in ("unroll", "scan"):
       raise LearnerConfigError(f"layer_loop={self.layer_loop!r}; expected 'unroll' or 'scan'")
-    if self.epochs < 1 or self.mini_batches < 1 or self.micro_batch < 0 or self.temperature <= 0:
-      raise LearnerConfigError("epochs and mini_batches must be >= 1, micro_batch >= 0, temperature > 0")
+    if (self.epochs < 1 or self.mini_batches < 1 or self.micro_batch < 0 or self.length_bucket < 0
+        or self.temperature <= 0):
+      raise LearnerConfigError("epochs and mini_batches must be >= 1, micro_batch and length_bucket >= 0, "
+                               "temperature > 0")
 
 
 def make_optimizer(cfg: OptimConfig) -> optax.GradientTransformation:
@@ -122,17 +133,19 @@ class Learner:
   def logprobs(self, batch: Batch, *, reference: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Per-token (log-prob, entropy) [N, T] of `batch["tokens"]` under the current (or reference) policy.
 
-    With `batch["mask"]`, only values at masked positions are meaningful (unused chunks are skipped)."""
+    With `batch["mask"]`, only values at masked positions are meaningful (unused chunks are skipped); with
+    `length_bucket`, positions past a row's micro-batch width are 0."""
     params = self.ref_params if reference else self.params
     if params is None:
       raise LearnerConfigError("no reference model was given")
-    n = batch["tokens"].shape[0]
-    idx = self._layout(np.arange(n))  # [A, M]
-    tokens, lengths = self._put(batch["tokens"][idx]), self._put(batch["lengths"][idx])
-    mask = batch.get("mask", np.ones(batch["tokens"].shape, np.float32))
-    logp, ent = _logprobs_fn(self.graphdef, self.cfg, self.rest, params, tokens, lengths, self._put(mask[idx]))
-    out = np.empty((n, batch["tokens"].shape[1]), np.float32), np.empty((n, batch["tokens"].shape[1]), np.float32)
-    out[0][idx], out[1][idx] = to_host(logp), to_host(ent)
+    n, t = batch["tokens"].shape
+    rows = {"tokens": batch["tokens"], "lengths": batch["lengths"],
+            "mask": batch.get("mask", np.ones((n, t), np.float32))}
+    out = np.zeros((n, t), np.float32), np.zeros((n, t), np.float32)
+    for idx, width in self._micro_batches(batch["lengths"], np.arange(n), t):
+      x = self._slice(rows, idx, width)
+      logp, ent = _logprobs_fn(self.graphdef, self.cfg, self.rest, params, x["tokens"], x["lengths"], x["mask"])
+      out[0][idx, :width], out[1][idx, :width] = to_host(logp), to_host(ent)
     return out
 
   def update(self, batch: Batch, seed: int) -> list[dict[str, float]]:
@@ -148,9 +161,14 @@ class Learner:
       perm = rng.permutation(n)
       for k in range(self.cfg.mini_batches):
         rows = perm[k * size:(k + 1) * size]
-        mb = {key: self._put(v[self._layout(rows)]) for key, v in batch.items()}
-        self.params, self.opt_state, metrics = _train_step(self.graphdef, self.cfg, self.rest, self.params,
-                                                           self.opt_state, mb)
+        # the whole mini-batch's denominator, before it is cut into micro-batches (a host scalar: one program
+        # for every mini-batch, and valid input on every process of a multi-process mesh)
+        denom = np.float32(losses.denominator(batch["mask"][rows], self.cfg.loss.agg_mode))
+        acc = None
+        for idx, width in self._micro_batches(batch["lengths"], rows, batch["tokens"].shape[1]):
+          part = _grad_sums(self.graphdef, self.cfg, self.rest, self.params, self._slice(batch, idx, width), denom)
+          acc = part if acc is None else _add(acc, part)
+        self.params, self.opt_state, metrics = _apply(self.cfg.optim, self.params, self.opt_state, *acc, denom)
         self.step += 1
         history.append({k: float(v) for k, v in jax.device_get(metrics).items()})
     nnx.update(self.model, self.params)
@@ -182,10 +200,18 @@ class Learner:
       raise LearnerConfigError(f"micro-batch of {m} rows does not split over {shards} data×fsdp devices")
     return n // m
 
-  def _layout(self, rows: np.ndarray) -> np.ndarray:
-    """[A, M] row indices: strided, so the contiguous M-shards of every micro-batch stay on their devices."""
+  def _micro_batches(self, lengths: np.ndarray, rows: np.ndarray, width: int) -> list[tuple[np.ndarray, int]]:
+    """(row indices [A, M], width) per jitted call: all A micro-batches at the batch's width at once, or with
+    `length_bucket` one micro-batch per call, rows sorted by length, each cut to its own length bucket."""
     a = self._micro(len(rows))
-    return rows.reshape(len(rows) // a, a).T
+    if not self.cfg.length_bucket:  # strided, so the contiguous M-shards of every micro-batch stay on their devices
+      return [(rows.reshape(len(rows) // a, a).T, width)]
+    by_length = rows[np.argsort(lengths[rows], kind="stable")].reshape(a, -1)
+    return [(r[None], bucket_length(int(lengths[r].max()), self.cfg.length_bucket, width)) for r in by_length]
+
+  def _slice(self, batch: Batch, idx: np.ndarray, width: int) -> dict[str, jax.Array]:
+    """The rows `idx` ([A, M]) of every batch array, cut to `width` positions, placed as `_put` places them."""
+    return {k: self._put(v[idx] if v.ndim == 1 else v[idx, :width]) for k, v in batch.items()}
 
   def _shard(self, params: nnx.State) -> nnx.State:
     """Places every parameter on the mesh by its `logical` axis names (no-op without a mesh)."""
@@ -228,6 +254,8 @@ class Learner:
     for k in needed - {"tokens", "lengths"}:
       if batch[k].shape != (n, t):
         raise LearnerConfigError(f"batch[{k!r}] has shape {batch[k].shape}, expected {(n, t)}")
+    if (batch["mask"][np.arange(t)[None, :] >= batch["lengths"][:, None]] != 0).any():
+      raise LearnerConfigError("batch['mask'] marks positions at or past a row's length")
     if n % self.cfg.mini_batches:
       raise LearnerConfigError(f"{n} rows do not split into {self.cfg.mini_batches} mini-batches")
     self._micro(n // self.cfg.mini_batches)
@@ -254,10 +282,11 @@ def _logprobs_fn(graphdef, cfg: LearnerConfig, rest, params, tokens, lengths, ma
   return jax.lax.map(lambda xs: _forward(graphdef, cfg, rest, params, *xs), (tokens, lengths, mask))
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=(3, 4))
-def _train_step(graphdef, cfg: LearnerConfig, rest, params, opt_state, mb):
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _grad_sums(graphdef, cfg: LearnerConfig, rest, params, mb, denom):
+  """Over the [A, M, T] micro-batches of `mb`: the summed gradients of objective / denom (the whole
+  mini-batch's denominator) and the summed metric numerators."""
   lcfg = cfg.loss
-  denom = losses.denominator(mb["mask"].reshape(-1, mb["mask"].shape[-1]), lcfg.agg_mode)
 
   def micro_loss(p, x):
     logp, ent = _forward(graphdef, cfg, rest, p, x["tokens"], x["lengths"], x["mask"])
@@ -274,8 +303,15 @@ def _train_step(graphdef, cfg: LearnerConfig, rest, params, opt_state, mb):
   zero_sums = jax.eval_shape(lambda: micro_loss(params, jax.tree.map(lambda v: v[0], mb))[1])
   init = (jax.tree.map(jnp.zeros_like, params), jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zero_sums))
   (grads, sums), _ = jax.lax.scan(body, init, mb)
-  tx = make_optimizer(cfg.optim)
-  updates, new_opt = tx.update(grads, opt_state, params)
+  return grads, sums
+
+
+_add = jax.jit(lambda acc, part: jax.tree.map(jnp.add, acc, part), donate_argnums=0)
+
+
+@functools.partial(jax.jit, static_argnums=0, donate_argnums=(1, 2))
+def _apply(cfg: OptimConfig, params, opt_state, grads, sums, denom):
+  updates, new_opt = make_optimizer(cfg).update(grads, opt_state, params)
   new_params = optax.apply_updates(params, updates)
   metrics = losses.finalize_metrics(sums, denom)
   metrics["grad_norm"] = optax.tree.norm(grads)

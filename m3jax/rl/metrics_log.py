@@ -21,6 +21,10 @@ class MetricsLog:
       self.jsonl.write_text("".join(l + "\n" for l in kept))
     self._tb = SummaryWriter(str(self.dir / "tb"), purge_step=resume_step + 1 if resume_step else None)
 
+  def logged(self, step: int) -> bool:
+    """Whether the JSONL already holds a line for `step`."""
+    return self.jsonl.exists() and any(_step_of(l) == step for l in self.jsonl.read_text().splitlines() if l.strip())
+
   def write(self, step: int, metrics: dict[str, float]) -> None:
     clean = {k: float(v) for k, v in metrics.items()}
     with self.jsonl.open("a") as f:

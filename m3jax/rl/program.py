@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import shutil
 import time
 from typing import Any
 
@@ -198,9 +199,12 @@ class RLProgram:
     return float(parts["outcome"].mean())
 
   # ------------------------------------------------------------------------------------------- training
-  def warm_start(self) -> list[dict[str, float]]:
+  def warm_start(self, ckpt: checkpoint.Checkpointer | None = None) -> list[dict[str, float]]:
     """`warm_start_steps` behaviour-cloning steps on expert trajectories of training questions (in a seeded
-    order), then a fresh DAPO learner on the cloned parameters. Returns one metrics dict per step."""
+    order), then a fresh DAPO learner on the cloned parameters. Returns one metrics dict per step.
+
+    With `ckpt`, the cloner's state is saved after every step and a restart continues from the newest one: every
+    step is a pure function of (seed, step), so the result equals an uninterrupted warm start's."""
     from m3jax.rl.warm_start import ExpertPolicy
 
     c = self.cfg
@@ -213,8 +217,13 @@ class RLProgram:
     n = c.warm_start_questions
     from tqdm import tqdm
 
-    history = []
-    for step in tqdm(range(c.warm_start_steps), desc="warm start", unit="step"):
+    history, start = [], 0
+    if ckpt is not None and ckpt.latest_step() is not None:
+      state, meta = ckpt.restore(cloner.state())
+      cloner.restore(state)
+      start, history = int(meta["step"]), list(meta["history"])
+    for step in tqdm(range(start, c.warm_start_steps), initial=start, total=c.warm_start_steps,
+                     desc="warm start", unit="step"):
       t0 = time.perf_counter()
       records = [self.train_records[order[(step * n + i) % len(order)]] for i in range(n)]
       questions = _questions(records, 1)
@@ -227,6 +236,8 @@ class RLProgram:
       metrics = cloner.update(batch, seed=step)[0]
       metrics.update(stats, time_s=time.perf_counter() - t0)
       history.append(metrics)
+      if ckpt is not None:
+        ckpt.save(step + 1, cloner.state(), {"step": step + 1, "history": history})
     self.learner = Learner(self.model, c.learner, ref_model=self.ref_model)
     return history
 
@@ -288,17 +299,20 @@ class RLProgram:
     out = pathlib.Path(c.out_dir)
     ckpt = checkpoint.Checkpointer(out / "ckpt")
     it = iter(self.dataset)
-    start = 0
-    if ckpt.latest_step() is not None:
+    start, restored = 0, ckpt.latest_step() is not None
+    if restored:
       state, meta = ckpt.restore(self.learner.state())
       self.learner.restore(state)
       it.set_state(meta["data"])
       start = int(meta["step"])
-    log = MetricsLog(out, resume_step=start)
-    if start == 0 and (c.warm_start_steps or c.eval_every):
-      warm = self.warm_start()
-      first = {f"warm/{k}": v for k, v in warm[-1].items()} if warm else {}
-      if c.eval_every:  # the policy DAPO starts from: the curve's step 0, so the gain from RL itself shows
+    log = MetricsLog(out, resume_step=start if restored else -1)
+    first = None  # the curve's step 0: the warm start's last metrics and the accuracy DAPO starts from
+    if not restored:
+      first = self._warm_start_saved(ckpt, it) if c.warm_start_steps else {}
+    elif start == 0 and not log.logged(0):  # died in the step-0 evaluation: the warm start is in the checkpoint
+      first = dict(meta.get("warm", {}))
+    if first is not None and (c.warm_start_steps or c.eval_every):
+      if c.eval_every:  # the policy DAPO starts from, so the gain from RL itself shows
         first["eval/accuracy"] = self.evaluate()
       log.write(0, first)
     history = []
@@ -316,6 +330,21 @@ class RLProgram:
     if c.lora_rank:
       export_adapter_file(out / "adapter.npz", self.model, "controller", self.adapter_meta())
     return history
+
+  def _warm_start_saved(self, ckpt: checkpoint.Checkpointer, it) -> dict[str, float]:
+    """The warm start (resumable from `out_dir/warm_ckpt`), then at once a step-0 checkpoint of the DAPO
+    learner and, with LoRA, `adapter.npz`: a crash in the evaluation or in DAPO keeps the cloned policy and a
+    restart does not clone again. Returns the step-0 metrics."""
+    out = pathlib.Path(self.cfg.out_dir)
+    warm_ckpt = checkpoint.Checkpointer(out / "warm_ckpt")
+    warm = self.warm_start(warm_ckpt)
+    warm_ckpt.close()
+    first = {f"warm/{k}": v for k, v in warm[-1].items()}
+    ckpt.save(0, self.learner.state(), {"step": 0, "data": it.get_state(), "warm": first})
+    shutil.rmtree(out / "warm_ckpt", ignore_errors=True)  # superseded by the step-0 checkpoint
+    if self.cfg.lora_rank:
+      export_adapter_file(out / "adapter.npz", self.model, {**self.adapter_meta(), "steps": 0})
+    return first
 
   def adapter_meta(self) -> dict[str, Any]:
     """What an answerer needs to run the adapter the way it was trained: base model and protocol."""
