@@ -343,7 +343,7 @@ class RLProgram:
     ckpt.save(0, self.learner.state(), {"step": 0, "data": it.get_state(), "warm": first})
     shutil.rmtree(out / "warm_ckpt", ignore_errors=True)  # superseded by the step-0 checkpoint
     if self.cfg.lora_rank:
-      export_adapter_file(out / "adapter.npz", self.model, {**self.adapter_meta(), "steps": 0})
+      export_adapter_file(out / "adapter.npz", self.model, "controller", {**self.adapter_meta(), "steps": 0})
     return first
 
   def adapter_meta(self) -> dict[str, Any]:
