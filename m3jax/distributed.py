@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pickle
 import socket
 from typing import Mapping
 
@@ -190,6 +191,22 @@ def gather_bytes(data: bytes) -> list[bytes]:
   buf[:len(data)] = np.frombuffer(data, np.uint8)
   every = np.asarray(multihost_utils.process_allgather(buf)).reshape(len(sizes), -1)
   return [every[i, :int(n)].tobytes() for i, n in enumerate(sizes)]
+
+
+def gather_objects(obj) -> list:
+  """Every process's picklable `obj`, in process order, on every process (a collective, like `gather_bytes`).
+  The processes of a pod run the same code, so pickle is their common format; nothing else reads it."""
+  if jax.process_count() == 1:
+    return [obj]
+  return [pickle.loads(b) for b in gather_bytes(pickle.dumps(obj))]
+
+
+def interleave(shares: list[list]) -> list:
+  """The global order of interleaved shards: share p holds global positions p, p + P, p + 2P, ... (P shares)."""
+  out = []
+  for i in range(max((len(s) for s in shares), default=0)):
+    out.extend(s[i] for s in shares if i < len(s))
+  return out
 
 
 def shard(items: list, index: int | None = None, count: int | None = None) -> list:

@@ -8,6 +8,9 @@ TASKS is a comma-separated list, run in order in this one process (start-up and 
   save         saves the RL learner's state after `steps` to DIR/ckpt (orbax, every process writes its shards)
   restore=SRC  restores SRC/ckpt into a freshly initialised (different seed) learner; writes DIR/restored.npz
   die          joins, then process 1 exits abruptly while process 0 waits at a barrier (the runtime must fail it)
+  rl           `train.py rl`'s program (RLProgram.run) on a tiny config with dynamic sampling, mesh 2x2x2, in DIR/rl
+               (resuming from DIR/rl/ckpt when there is one); process 0 writes DIR/rl.npz (per-step metrics, the
+               kept groups' question ids, the final parameters)
 With --nproc > 1 the process joins the pod through m3jax.distributed before any JAX computation.
 """
 
@@ -102,6 +105,49 @@ def rl_step():
                    **{f"rl_{k}": v for k, v in _params(learner).items()}}
 
 
+RL_OVERRIDES = ["steps=2", "max_rounds=1", "max_new_tokens=8", "train_seeds=(0, 1)", "eval_seeds=(0, 0)",
+                "seq_bucket=1024", "batch_questions=4", "group_size=2", "mesh=(2, 2, 2)", "sampling.enabled=true",
+                "sampling.max_rounds=2", "learner.mini_batches=2", "learner.micro_batch=4", "learner.optim.lr=1e-3"]
+RL_METRICS = ("train/loss", "train/grad_norm", "reward/total", "reward/outcome", "ds/rounds", "ds/generated_groups",
+              "ds/kept_groups", "rollout/generated_tokens", "rollout/prefill_tokens", "rollout/prefill_tokens_saved")
+
+
+def rl_run(out: pathlib.Path) -> dict:
+  """RLProgram.run as `train.py rl` runs it, with one test double: a random tiny policy never answers, so every
+  group would have the same outcome and dynamic sampling would keep none; the outcome is instead the parity of
+  the sum of each trajectory's sampled tokens (a deterministic function of the rollout, judged on the process
+  that sampled it), so some groups are kept and some dropped."""
+  import jax
+
+  from m3jax.config import apply_overrides, load_config
+  from m3jax.rl import rollout as rollout_lib
+  from m3jax.rl.program import RLProgram
+  from m3jax.rl.rewards import reward_components
+  cfg = apply_overrides(load_config(str(ROOT / "configs" / "rl_tiny.py")), [*RL_OVERRIDES, f"out_dir={out / 'rl'}"])
+  program = RLProgram(cfg)
+  sampled = program.rollout
+
+  def rollout(records, seed, greedy=False, group=None, row_ids=None):
+    trajs, parts = sampled(records, seed, greedy, group, row_ids)
+    outcome = [float(int(np.sum(np.asarray(t.token_ids)[np.asarray(t.generated, bool)])) % 2) for t in trajs]
+    parts.update(reward_components(outcome, [rollout_lib.episode_stats(t) for t in trajs], cfg.reward))
+    return trajs, parts
+
+  kept = []
+  fill = program.batcher.fill
+
+  def recorded_fill(generate):
+    groups, stats = fill(generate)
+    kept.append(",".join(g.payload[0][0].question_id for g in groups))
+    return groups, stats
+
+  program.rollout, program.batcher.fill = rollout, recorded_fill
+  history = program.run()
+  params = [distributed.to_host(x) for x in jax.tree.leaves(program.learner.state()["params"])]
+  return {**{k: np.array([h[k] for h in history]) for k in RL_METRICS}, "kept": np.array(kept),
+          "steps": np.array([len(history)]), **{f"p{i}": p for i, p in enumerate(params)}}
+
+
 def main() -> None:
   ap = argparse.ArgumentParser()
   ap.add_argument("tasks")
@@ -138,6 +184,10 @@ def main() -> None:
       fresh.restore(state)
       if lead:
         np.savez(out / "restored.npz", **_params(fresh))
+    elif task == "rl":
+      results = rl_run(out)
+      if lead:
+        np.savez(out / "rl.npz", **results)
     elif task == "die":
       from jax.experimental import multihost_utils
       multihost_utils.sync_global_devices("joined")
