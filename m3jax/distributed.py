@@ -171,6 +171,16 @@ def put_global(x: np.ndarray, sharding: jax.sharding.Sharding) -> jax.Array:
   return jax.make_array_from_process_local_data(sharding, host_local(x, sharding), x.shape)
 
 
+def replicate_single(tree, mesh: Mesh):
+  """`tree` with every leaf that one device holds replicated over `mesh`. Optimizer `init` returns the leaves it
+  does not derive from the (mesh-placed) parameters, step counts, uncommitted on one device; a checkpoint restores
+  each leaf with its template's placement, so a count pinned to one device (another process's, on a pod) would
+  meet parameters on the mesh in the jitted update and fail."""
+  rep = parallel.replicated(mesh)
+  single = lambda x: isinstance(x, jax.Array) and len(x.sharding.device_set) == 1 and mesh.size > 1
+  return jax.tree.map(lambda x: put_global(np.asarray(x), rep) if single(x) else x, tree)
+
+
 def to_host(x: jax.Array) -> np.ndarray:
   """The whole of a (possibly multi-process) array on every process's host."""
   if not isinstance(x, jax.Array) or x.is_fully_addressable:
