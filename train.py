@@ -7,7 +7,8 @@ missing config file, an unknown or invalid field) is one `train.py: error: ...` 
   python train.py sft --config configs/sft_tiny.py     # SFT of the Omni memorization model (m3jax.sft)
 
 On a pod every process runs the same command with `--set distributed.enabled=true` plus the coordinator
-settings (or the M3JAX_* variables / `distributed.auto=true`, see m3jax.distributed).
+settings (or the M3JAX_* variables / `distributed.auto=true`, see m3jax.distributed) and a global
+`--set "mesh=(data,fsdp,tensor)"` over every process's devices.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pickle
 import socket
 from typing import Mapping
 
@@ -170,6 +171,16 @@ def put_global(x: np.ndarray, sharding: jax.sharding.Sharding) -> jax.Array:
   return jax.make_array_from_process_local_data(sharding, host_local(x, sharding), x.shape)
 
 
+def replicate_single(tree, mesh: Mesh):
+  """`tree` with every leaf that one device holds replicated over `mesh`. Optimizer `init` returns the leaves it
+  does not derive from the (mesh-placed) parameters, step counts, uncommitted on one device; a checkpoint restores
+  each leaf with its template's placement, so a count pinned to one device (another process's, on a pod) would
+  meet parameters on the mesh in the jitted update and fail."""
+  rep = parallel.replicated(mesh)
+  single = lambda x: isinstance(x, jax.Array) and len(x.sharding.device_set) == 1 and mesh.size > 1
+  return jax.tree.map(lambda x: put_global(np.asarray(x), rep) if single(x) else x, tree)
+
+
 def to_host(x: jax.Array) -> np.ndarray:
   """The whole of a (possibly multi-process) array on every process's host."""
   if not isinstance(x, jax.Array) or x.is_fully_addressable:
@@ -190,6 +201,22 @@ def gather_bytes(data: bytes) -> list[bytes]:
   buf[:len(data)] = np.frombuffer(data, np.uint8)
   every = np.asarray(multihost_utils.process_allgather(buf)).reshape(len(sizes), -1)
   return [every[i, :int(n)].tobytes() for i, n in enumerate(sizes)]
+
+
+def gather_objects(obj) -> list:
+  """Every process's picklable `obj`, in process order, on every process (a collective, like `gather_bytes`).
+  The processes of a pod run the same code, so pickle is their common format; nothing else reads it."""
+  if jax.process_count() == 1:
+    return [obj]
+  return [pickle.loads(b) for b in gather_bytes(pickle.dumps(obj))]
+
+
+def interleave(shares: list[list]) -> list:
+  """The global order of interleaved shards: share p holds global positions p, p + P, p + 2P, ... (P shares)."""
+  out = []
+  for i in range(max((len(s) for s in shares), default=0)):
+    out.extend(s[i] for s in shares if i < len(s))
+  return out
 
 
 def shard(items: list, index: int | None = None, count: int | None = None) -> list:

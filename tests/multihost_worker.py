@@ -3,11 +3,16 @@
   python tests/multihost_worker.py TASKS --out DIR [--port P --nproc N --pid I]
 
 TASKS is a comma-separated list, run in order in this one process (start-up and compilation are paid once):
-  steps        an SFT step (tiny thinker, rows sharded over data) and an RL learner update (tiny Decoder, mesh
-               2x2x2) on the global mesh; process 0 writes DIR/steps.npz (losses, parameters)
+  steps        an SFT step (tiny thinker, rows sharded over data, each process reading its share of the batch's
+               examples), then the same run resumed from its checkpoint in a new Trainer next to the original one
+               continuing, and an RL learner update (tiny Decoder, mesh 2x2x2) on the global mesh; process 0
+               writes DIR/steps.npz (losses, parameters) and DIR/sft_reads.npz (the example rows each process read)
   save         saves the RL learner's state after `steps` to DIR/ckpt (orbax, every process writes its shards)
   restore=SRC  restores SRC/ckpt into a freshly initialised (different seed) learner; writes DIR/restored.npz
   die          joins, then process 1 exits abruptly while process 0 waits at a barrier (the runtime must fail it)
+  rl           `train.py rl`'s program (RLProgram.run) on a tiny config with dynamic sampling, mesh 2x2x2, in DIR/rl
+               (resuming from DIR/rl/ckpt when there is one); process 0 writes DIR/rl.npz (per-step metrics, the
+               kept groups' question ids, the final parameters)
 With --nproc > 1 the process joins the pod through m3jax.distributed before any JAX computation.
 """
 
@@ -28,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from m3jax import distributed  # noqa: E402
 
 
-def _sft_batch():
+def _sft_rows():
   from m3jax.models.omni.processor import ProcessorConfig
   from m3jax.models.omni.chat import ByteTokenizer, MemoryExample, collate, encode_example
   from m3jax.sft.run import TinyThinker
@@ -37,7 +42,7 @@ def _sft_batch():
   proc = ProcessorConfig(video_min_pixels=28 * 28, video_max_pixels=56 * 56, image_min_pixels=28 * 28,
                          image_max_pixels=28 * 28 * 4)
   rows = []
-  for i in range(2):
+  for i in range(4):
     rng = np.random.default_rng(i)
     frames = np.repeat(rng.integers(0, 256, (1, 56, 56, 3), dtype=np.uint8), 4, axis=0)
     audio = (0.1 * np.sin(np.arange(16000 * 2) * (0.01 + 0.001 * i))).astype(np.float32)
@@ -45,24 +50,51 @@ def _sft_batch():
     voices = {"<voice_1>": [{"start_time": "00:00", "end_time": "00:02", "asr": f"Hello, I am number {i}."}]}
     ex = MemoryExample(frames, audio, ((0, crop),), voices, json.dumps({"video_descriptions": [f"clip {i}"]}))
     rows.append(encode_example(ex, "Write the memories as JSON.", ByteTokenizer(), tiny.chat_tokens(), proc))
-  cfg = tiny.thinker_config()
-  return cfg, collate(cfg, rows, -(-max(len(r.ids) for r in rows) // 128) * 128)
+  return tiny.thinker_config(), rows
+
+
+class _Recorded(list):
+  """Example rows that remember which ones were read."""
+
+  def __init__(self, rows):
+    super().__init__(rows)
+    self.read: list[int] = []
+
+  def __getitem__(self, j):
+    self.read.append(j)
+    return super().__getitem__(j)
 
 
 def sft_step(out: pathlib.Path) -> dict:
   import jax
   from flax import nnx
 
+  from m3jax.models.omni.chat import collate
   from m3jax.models.omni.thinker import Thinker
+  from m3jax.sft.data import ShardedBatches
   from m3jax.sft.trainer import TrainConfig, Trainer
-  cfg, batch = _sft_batch()
-  tcfg = TrainConfig(steps=1, learning_rate=3e-2, warmup_steps=1, loss_chunk=128)
-  trainer = Trainer(Thinker(cfg, rngs=nnx.Rngs(0)), tcfg, out / "sft", lambda k: batch, lambda: [batch],
-                    progress=False, mesh=distributed.global_mesh(2, 1, 4))
+  cfg, rows = _sft_rows()
+  rows = _Recorded(rows)
+  length = -(-max(len(r.ids) for r in rows) // 128) * 128
+  batches = ShardedBatches(rows, 2, lambda b: collate(cfg, b, length), drop_remainder=True)  # 2 steps of 2 rows
+  tcfg = TrainConfig(steps=2, learning_rate=3e-2, warmup_steps=1, loss_chunk=128)
+  make = lambda: Trainer(Thinker(cfg, rngs=nnx.Rngs(0)), tcfg, out / "sft", lambda k: batches[k], lambda: [],
+                         progress=False, mesh=distributed.global_mesh(2, 1, 4))
+  trainer = make()
   record = trainer._train_step()  # one step, without the eval / plotting of run() (start-up time)
   trainer._save()  # every process writes its part of the orbax checkpoint
-  params = [distributed.to_host(x) for x in jax.tree.leaves(trainer.params)]
-  return {"sft_loss": np.array([record["loss"]]), **{f"sft_p{i}": p for i, p in enumerate(params)}}
+  params = lambda t: [distributed.to_host(x) for x in jax.tree.leaves(t.params)]
+  first = params(trainer)
+  resumed = make()  # restores step 1 (the optimizer state placed on the mesh, as a fresh one is)
+  assert resumed.step == 1
+  again = resumed._train_step()
+  cont = trainer._train_step()
+  reads = distributed.gather_objects(rows.read)
+  if jax.process_index() == 0:
+    np.savez(out / "sft_reads.npz", **{f"p{q}": np.array(r) for q, r in enumerate(reads)})
+  return {"sft_loss": np.array([record["loss"], cont["loss"]]), "sft_resumed_loss": np.array([again["loss"]]),
+          **{f"sft_p{i}": p for i, p in enumerate(first)}, **{f"sft_q{i}": p for i, p in enumerate(params(trainer))},
+          **{f"sft_r{i}": p for i, p in enumerate(params(resumed))}}
 
 
 def _learner(seed: int):
@@ -102,6 +134,49 @@ def rl_step():
                    **{f"rl_{k}": v for k, v in _params(learner).items()}}
 
 
+RL_OVERRIDES = ["steps=2", "max_rounds=1", "max_new_tokens=8", "train_seeds=(0, 1)", "eval_seeds=(0, 0)",
+                "seq_bucket=1024", "batch_questions=4", "group_size=2", "mesh=(2, 2, 2)", "sampling.enabled=true",
+                "sampling.max_rounds=2", "learner.mini_batches=2", "learner.micro_batch=4", "learner.optim.lr=1e-3"]
+RL_METRICS = ("train/loss", "train/grad_norm", "reward/total", "reward/outcome", "ds/rounds", "ds/generated_groups",
+              "ds/kept_groups", "rollout/generated_tokens", "rollout/prefill_tokens", "rollout/prefill_tokens_saved")
+
+
+def rl_run(out: pathlib.Path) -> dict:
+  """RLProgram.run as `train.py rl` runs it, with one test double: a random tiny policy never answers, so every
+  group would have the same outcome and dynamic sampling would keep none; the outcome is instead the parity of
+  the sum of each trajectory's sampled tokens (a deterministic function of the rollout, judged on the process
+  that sampled it), so some groups are kept and some dropped."""
+  import jax
+
+  from m3jax.config import apply_overrides, load_config
+  from m3jax.rl import rollout as rollout_lib
+  from m3jax.rl.program import RLProgram
+  from m3jax.rl.rewards import reward_components
+  cfg = apply_overrides(load_config(str(ROOT / "configs" / "rl_tiny.py")), [*RL_OVERRIDES, f"out_dir={out / 'rl'}"])
+  program = RLProgram(cfg)
+  sampled = program.rollout
+
+  def rollout(records, seed, greedy=False, group=None, row_ids=None):
+    trajs, parts = sampled(records, seed, greedy, group, row_ids)
+    outcome = [float(int(np.sum(np.asarray(t.token_ids)[np.asarray(t.generated, bool)])) % 2) for t in trajs]
+    parts.update(reward_components(outcome, [rollout_lib.episode_stats(t) for t in trajs], cfg.reward))
+    return trajs, parts
+
+  kept = []
+  fill = program.batcher.fill
+
+  def recorded_fill(generate):
+    groups, stats = fill(generate)
+    kept.append(",".join(g.payload[0][0].question_id for g in groups))
+    return groups, stats
+
+  program.rollout, program.batcher.fill = rollout, recorded_fill
+  history = program.run()
+  params = [distributed.to_host(x) for x in jax.tree.leaves(program.learner.state()["params"])]
+  return {**{k: np.array([h[k] for h in history]) for k in RL_METRICS}, "kept": np.array(kept),
+          "steps": np.array([len(history)]), **{f"p{i}": p for i, p in enumerate(params)}}
+
+
 def main() -> None:
   ap = argparse.ArgumentParser()
   ap.add_argument("tasks")
@@ -138,6 +213,10 @@ def main() -> None:
       fresh.restore(state)
       if lead:
         np.savez(out / "restored.npz", **_params(fresh))
+    elif task == "rl":
+      results = rl_run(out)
+      if lead:
+        np.savez(out / "rl.npz", **results)
     elif task == "die":
       from jax.experimental import multihost_utils
       multihost_utils.sync_global_devices("joined")

@@ -9,6 +9,7 @@ session and is killed (its whole process group) when the test ends, whatever hap
 import json
 import os
 import pathlib
+import shutil
 import signal
 import socket
 import subprocess
@@ -26,6 +27,7 @@ from m3jax.errors import UserError
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "multihost_worker.py"
 STEP_TIMEOUT = 900  # s per run; a loaded 2-core machine compiles the tiny SFT + RL steps in ~3 min
+TRAINED = "steps,save,rl"  # what the shared 1- and 2-process runs do (`trained`): one start-up for several tests
 
 
 class Run:
@@ -89,22 +91,41 @@ def _ok(run: Run, timeout: float = STEP_TIMEOUT) -> None:
     assert code == 0, f"worker {pid} of {run.out.name}: exit {code}\n{run.log(pid)[-3000:]}"
 
 
-def _close(a: np.lib.npyio.NpzFile, b: np.lib.npyio.NpzFile, prefix: str = "") -> None:
-  keys = [k for k in b.files if k.startswith(prefix)]
+def _close(a: np.lib.npyio.NpzFile, b: np.lib.npyio.NpzFile, prefix: str = "", at=slice(None)) -> None:
+  """Every numeric array of `b` whose name starts with `prefix` equals `a`'s (<= 1e-5); `at` selects the steps
+  of `a`'s per-step metrics that `b` holds (a resumed run has only the later ones)."""
+  keys = [k for k in b.files if k.startswith(prefix) and k != "steps" and b[k].dtype.kind in "fiu"]
   assert keys and set(keys) <= set(a.files)
   for k in keys:
-    np.testing.assert_allclose(a[k], b[k], atol=1e-5, rtol=0, err_msg=k)
+    np.testing.assert_allclose(a[k] if k.startswith("p") else a[k][at], b[k], atol=1e-5, rtol=0, err_msg=k)
 
 
-def test_two_processes_train_and_checkpoint_like_one(tmp_path, runs):
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+  """`TRAINED` on 1 process x 8 devices (DIR/one) and on 2 x 4 (DIR/two), started together."""
+  base = tmp_path_factory.mktemp("trained")
+  started = [Run(TRAINED, base / "one", 1), Run(TRAINED, base / "two", 2)]
+  try:
+    for run in started:
+      _ok(run, 2 * STEP_TIMEOUT)
+    yield base
+  finally:
+    for run in started:
+      run.kill()
+
+
+def test_two_processes_train_and_checkpoint_like_one(tmp_path, runs, trained):
   """An SFT step and an RL learner update on 2 processes x 4 devices equal 1 process x 8 (losses, old
-  log-probs, every parameter, <= 1e-5); a learner checkpoint written by either restores in the other."""
-  one, two = tmp_path / "one", tmp_path / "two"
-  r1, r2 = runs("steps,save", one, 1), runs("steps,save", two, 2)
-  _ok(r1), _ok(r2)
+  log-probs, every parameter, <= 1e-5); an SFT run resumed from its checkpoint continues as the uninterrupted
+  one does; a learner checkpoint written by either process count restores in the other."""
+  one, two = trained / "one", trained / "two"
   a, b = np.load(one / "steps.npz"), np.load(two / "steps.npz")
-  assert a["sft_loss"].shape == (1,) and a["rl_loss"].shape == (2,)
+  assert a["sft_loss"].shape == (2,) and a["rl_loss"].shape == (2,)
   _close(a, b)
+  for run in (a, b):  # the resumed Trainer (optimizer state restored onto the mesh) steps as the continuing one
+    np.testing.assert_array_equal(run["sft_resumed_loss"], run["sft_loss"][1:])
+    for k in (k for k in run.files if k.startswith("sft_q")):
+      np.testing.assert_array_equal(run[k.replace("_q", "_r")], run[k], err_msg=k)
   # across process counts: a fresh (other seed) learner restores the other run's checkpoint exactly
   r12, r21 = runs(f"restore={one}", tmp_path / "r12", 2), runs(f"restore={two}", tmp_path / "r21", 1)
   _ok(r12), _ok(r21)
@@ -112,6 +133,39 @@ def test_two_processes_train_and_checkpoint_like_one(tmp_path, runs):
     got = np.load(restored / "restored.npz")
     for k in got.files:
       np.testing.assert_array_equal(got[k], written[f"rl_{k}"], err_msg=k)
+
+
+def test_sft_processes_read_disjoint_shares_of_each_batch(trained):
+  """Each of 2 processes reads (encodes) only its interleaved rows of every SFT batch (rows 0, 2 and 1, 3 of
+  batches [0, 1], [2, 3]; the continuing and the resumed step both read batch 1): disjoint, and together the rows
+  one process reads."""
+  one, two = np.load(trained / "one" / "sft_reads.npz"), np.load(trained / "two" / "sft_reads.npz")
+  assert one.files == ["p0"] and sorted(two.files) == ["p0", "p1"]
+  assert one["p0"].tolist() == [0, 1, 2, 3, 2, 3]
+  assert two["p0"].tolist() == [0, 2, 2] and two["p1"].tolist() == [1, 3, 3]
+
+
+def test_rl_training_on_two_processes_equals_one_and_resumes(trained, runs):
+  """`train.py rl`'s program (rollouts, dynamic sampling, update; 2 steps, mesh 2x2x2) on 2 processes x 4
+  devices equals 1 x 8: the same groups kept at every step, the same rewards, token counts, losses and final
+  parameters (<= 1e-5). Killed after step 1 (its step-2 checkpoint removed), the 2-process run resumes on 2
+  processes and, restoring every process's iterator state onto one, on 1 process, and both continue to the
+  same step 2 and parameters."""
+  a, b = np.load(trained / "one" / "rl.npz"), np.load(trained / "two" / "rl.npz")
+  assert a["steps"].tolist() == [2] and b["kept"].tolist() == a["kept"].tolist()
+  kept, generated = a["ds/kept_groups"], a["ds/generated_groups"]
+  assert (0 < kept).all() and (kept < generated).any(), (kept, generated)  # groups both kept and dropped
+  _close(a, b)
+  resumes = {}
+  for name, nproc in (("same", 2), ("fewer", 1)):
+    shutil.copytree(trained / "two" / "rl" / "ckpt", trained / name / "rl" / "ckpt")
+    shutil.rmtree(trained / name / "rl" / "ckpt" / "2")
+    resumes[name] = runs("rl", trained / name, nproc)
+  for name, run in resumes.items():
+    _ok(run)
+    c = np.load(trained / name / "rl.npz")
+    assert c["steps"].tolist() == [1] and c["kept"].tolist() == b["kept"].tolist()[1:], name
+    _close(b, c, at=slice(1, None))
 
 
 def test_a_dead_process_fails_its_peer_promptly(tmp_path, runs):

@@ -123,6 +123,23 @@ def test_seeded_sampling_is_deterministic_and_logprobs_are_policy_logprobs(tiny)
   assert_close_to_reference(a.logprobs[0], ref32, ref64, what="sampled-token log-probs")
 
 
+def test_row_streams_sample_a_row_alike_in_any_batch(tiny):
+  """With `row_ids` each row samples from its own stream: a row draws the same tokens alone, at another position
+  of a smaller batch and in a continued turn as in the whole batch (what lets RL rollouts split over processes
+  equal the one-process run); with one stream for the batch its tokens depend on the batch."""
+  model, _, _ = tiny
+  sampler = Sampler(model, SamplingConfig(max_new_tokens=12, temperature=1.5, seed=3))
+  a, b, c = _prompts()
+  whole = sampler.generate([a, b, c], row_ids=[10, 11, 12])
+  alone = sampler.generate([b], row_ids=[11])
+  swapped = sampler.generate([c, b], row_ids=[12, 11])
+  assert alone.tokens[0] == whole.tokens[1] == swapped.tokens[1] and swapped.tokens[0] == whole.tokens[2]
+  assert len({tuple(t) for t in whole.tokens}) == 3
+  again = sampler.continue_(whole.state, [[5], [6], [7]], row_ids=[10, 11, 12])
+  assert sampler.continue_(alone.state, [[6]], row_ids=[11]).tokens[0] == again.tokens[1]
+  assert sampler.generate([b]).tokens[0] != sampler.generate([a, b, c]).tokens[1]
+
+
 def test_top_k_one_is_greedy_and_top_p_keeps_the_nucleus():
   logits = jnp.asarray([[0.0, 3.0, 1.0, 2.9], [5.0, 0.0, 0.0, 0.0]])
   key = jax.random.PRNGKey(0)

@@ -85,13 +85,16 @@ class LLMPolicy:
   """A policy over the m3jax `Sampler`. With `reuse_kv` each round appends only the new tokens to every row's KV
   cache (`Sampler.continue_`); without it every round re-prefills each active conversation from scratch (the
   reference's behaviour, kept as the baseline the benchmark compares against). Each round uses its own seed, so
-  rounds do not replay the same random stream."""
+  rounds do not replay the same random stream. With `row_ids` (one int per episode of `begin`) each episode
+  samples from its own stream keyed by its id (`Sampler.generate`), so it draws the same tokens whichever other
+  episodes share its batch: RL rollouts split over processes then equal the one-process run."""
 
   def __init__(self, sampler: Sampler, tokenizer: ChatTokenizer, config: SamplingConfig, reuse_kv: bool = True,
-               actions: ActionConstraints | None = None):
+               actions: ActionConstraints | None = None, row_ids: Sequence[int] | None = None):
     _require_chatml(tokenizer)
     self.sampler, self.tokenizer, self.config, self.reuse_kv = sampler, tokenizer, config, reuse_kv
     self.actions = actions
+    self.row_ids = None if row_ids is None else list(row_ids)
     self._state = None
     self._history: list[list[int]] = []
     self._finish: list[str] = []
@@ -108,7 +111,10 @@ class LLMPolicy:
     self._round = 0
     self._history = [list(p) for p in prompts]
     self._finish = ["" for _ in prompts]
-    out = self.sampler.generate(prompts, self.config, seed=self.config.seed, constraint=self._constraint())
+    if self.row_ids is not None and len(self.row_ids) != len(prompts):
+      raise ValueError(f"{len(self.row_ids)} row ids for {len(prompts)} conversations")
+    out = self.sampler.generate(prompts, self.config, seed=self.config.seed, constraint=self._constraint(),
+                                row_ids=self.row_ids)
     self._state = out.state
     return self._turns(range(len(prompts)), prompts, out)
 
@@ -127,11 +133,13 @@ class LLMPolicy:
       feed: list[list[int] | None] = [None] * len(self._history)
       for r, chunk in zip(rows, chunks):
         feed[r] = chunk
-      out = self.sampler.continue_(self._state, feed, self.config, seed=seed, constraint=self._constraint())
+      out = self.sampler.continue_(self._state, feed, self.config, seed=seed, constraint=self._constraint(),
+                                   row_ids=self.row_ids)
       self._state = out.state
     else:
       out = self.sampler.generate([self._history[r] for r in rows], self.config, seed=seed,
-                                  constraint=self._constraint())
+                                  constraint=self._constraint(),
+                                  row_ids=None if self.row_ids is None else [self.row_ids[r] for r in rows])
     return self._turns(rows, chunks, out)
 
   def _constraint(self) -> TokenConstraint | None:

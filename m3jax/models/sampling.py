@@ -99,7 +99,8 @@ def _bucket(n: int, buckets: Sequence[int]) -> int:
 
 
 def sample_token(logits: jax.Array, key: jax.Array, cfg: SamplingConfig) -> tuple[jax.Array, jax.Array]:
-  """Samples one token per row from logits [B, V]; returns (token [B], log-prob [B])."""
+  """Samples one token per row from logits [B, V] with one key, or a key per row ([B, 2]); returns (token [B],
+  log-prob [B])."""
   logits = logits.astype(jnp.float32)
   if cfg.greedy:
     return _greedy_token(logits)
@@ -116,7 +117,8 @@ def sample_token(logits: jax.Array, key: jax.Array, cfg: SamplingConfig) -> tupl
     probs = jax.nn.softmax(vals, axis=-1)
     before = jnp.cumsum(probs, axis=-1) - probs  # mass strictly above each candidate (sorted descending)
     vals = jnp.where(before < cfg.top_p, vals, -jnp.inf)
-  choice = jax.random.categorical(key, vals, axis=-1)
+  choice = (jax.random.categorical(key, vals, axis=-1) if key.ndim == 1 else
+            jax.vmap(lambda k, v: jax.random.categorical(k, v))(key, vals))
   tok = choice if idx is None else jnp.take_along_axis(idx, choice[:, None], axis=-1)[:, 0]
   return tok.astype(jnp.int32), jnp.take_along_axis(logp, tok[:, None].astype(jnp.int32), axis=-1)[:, 0]
 
@@ -153,9 +155,13 @@ class Sampler:
 
   # ------------------------------------------------------------------------------------------- public API
   def generate(self, prompts: Sequence[Sequence[int]], config: SamplingConfig | None = None, cache=None,
-               seed: int | None = None, constraint: TokenConstraint | None = None) -> SampleOutput:
+               seed: int | None = None, constraint: TokenConstraint | None = None,
+               row_ids: Sequence[int] | None = None) -> SampleOutput:
     """Generates a continuation for every prompt (ragged lengths). `cache` may be a pre-built empty cache;
-    `constraint` restricts every row's output to an automaton's language (`constrained.py`)."""
+    `constraint` restricts every row's output to an automaton's language (`constrained.py`). `row_ids` (one
+    int per prompt) key each row's random stream by `fold_in(PRNGKey(seed), row_id)` instead of one stream for
+    the batch, so a row samples the same tokens whatever else shares its batch (RL rollouts split over
+    processes)."""
     if not prompts or any(len(p) == 0 for p in prompts):
       raise ValueError("generate() needs at least one prompt and every prompt needs at least one token")
     cfg = config or self.config
@@ -164,21 +170,22 @@ class Sampler:
     distinct = list(dict.fromkeys(tuple(p) for p in prompts))
     if cache is None and self.share_prefix and len(distinct) < len(prompts):
       return self._generate_forked(prompts, distinct, batch, _bucket(need, cfg.length_buckets), cfg, seed,
-                                   constraint)
+                                   constraint, row_ids)
     if cache is None:
       cache = self._new_cache(batch, _bucket(need, cfg.length_buckets))
     state = DecodeState(cache, [[] for _ in range(batch)], batch)
-    return self.continue_(state, [list(p) for p in prompts], cfg, seed, constraint)
+    return self.continue_(state, [list(p) for p in prompts], cfg, seed, constraint, row_ids)
 
   def continue_(self, state: DecodeState, new_tokens: Sequence[Sequence[int] | None],
                 config: SamplingConfig | None = None, seed: int | None = None,
-                constraint: TokenConstraint | None = None) -> SampleOutput:
+                constraint: TokenConstraint | None = None, row_ids: Sequence[int] | None = None) -> SampleOutput:
     """Appends `new_tokens[b]` to row b's history and decodes; rows given None (or beyond the list) stay idle.
-    With `constraint`, this call's output starts in the automaton's start state."""
+    With `constraint`, this call's output starts in the automaton's start state; `row_ids` as in `generate`
+    (one per row of the state)."""
     cfg = config or self.config
     traces = _TRACES[0]
     rows, active, logits, cache = self._prefill_rows(state, new_tokens, cfg)
-    return self._decode_rows(state, cache, logits, rows, active, cfg, seed, constraint, traces)
+    return self._decode_rows(state, cache, logits, rows, active, cfg, seed, constraint, traces, row_ids)
 
   def decode_text(self, tokens: Sequence[int]) -> str:
     if self.tokenizer is None:
@@ -187,7 +194,7 @@ class Sampler:
 
   # -------------------------------------------------------------------------------------------- internals
   def _generate_forked(self, prompts, distinct: list[tuple[int, ...]], batch: int, max_len: int,
-                       cfg: SamplingConfig, seed, constraint) -> SampleOutput:
+                       cfg: SamplingConfig, seed, constraint, row_ids) -> SampleOutput:
     """`generate` with each distinct prompt prefilled once, in a cache of its own batch bucket, whose rows are
     then gathered (`KVCache.take_rows`) into one row per prompt: every row decodes from the same cache contents
     and last-token logits that its own prefill would have produced."""
@@ -203,7 +210,7 @@ class Sampler:
     self.prefill_tokens_saved += sum(len(p) for p in prompts) - sum(len(d) for d in distinct)
     state = DecodeState(cache, [list(p) for p in prompts] + [[] for _ in range(batch - len(prompts))], batch)
     rows = [list(p) for p in prompts] + [None] * (batch - len(prompts))
-    return self._decode_rows(state, cache, logits, rows, keep, cfg, seed, constraint, traces)
+    return self._decode_rows(state, cache, logits, rows, keep, cfg, seed, constraint, traces, row_ids)
 
   def _prefill_rows(self, state: DecodeState, new_tokens, cfg: SamplingConfig):
     """Appends `new_tokens` to the rows' histories and prefills them (plus each row's pending last sample);
@@ -236,12 +243,20 @@ class Sampler:
     logits, cache = _prefill(self.graphdef, self.params, cache, jnp.asarray(tokens), jnp.asarray(chunk_len))
     return rows, active, logits, cache
 
-  def _decode_rows(self, state, cache, logits, rows, active, cfg, seed, constraint, traces) -> SampleOutput:
+  def _decode_rows(self, state, cache, logits, rows, active, cfg, seed, constraint, traces,
+                   row_ids=None) -> SampleOutput:
     if constraint is not None and constraint.allowed.shape[1] != logits.shape[-1]:
       raise ValueError(f"the constraint covers {constraint.allowed.shape[1]} tokens but the model has "
                        f"{logits.shape[-1]}")
     seed = cfg.seed if seed is None else seed
-    out_tok, out_logp, n_gen, done, cache = self._run_decode(cache, logits, ~active, seed, cfg, constraint)
+    key = jax.random.PRNGKey(seed)
+    if row_ids is not None:  # one stream per row: [B, 2] keys (batch-padding rows get id 0 and sample nothing)
+      if len(row_ids) > len(rows):
+        raise ValueError(f"{len(row_ids)} row ids for a batch of {len(rows)} rows")
+      ids = np.zeros((len(rows),), np.uint32)
+      ids[:len(row_ids)] = row_ids
+      key = jax.vmap(jax.random.fold_in, (None, 0))(key, jnp.asarray(ids))
+    out_tok, out_logp, n_gen, done, cache = self._run_decode(cache, logits, ~active, key, cfg, constraint)
     self.compilations += _TRACES[0] - traces
     return self._finish(state, cache, out_tok, out_logp, n_gen, done, rows, cfg, constraint is not None)
 
@@ -259,12 +274,12 @@ class Sampler:
     pad = [(0, 0), (0, 0), (0, new_len - cache.k.shape[2]), (0, 0), (0, 0)]
     return cache.replace(k=jnp.pad(cache.k, pad), v=jnp.pad(cache.v, pad))
 
-  def _run_decode(self, cache, logits, idle: np.ndarray, seed: int, cfg: SamplingConfig,
+  def _run_decode(self, cache, logits, idle: np.ndarray, key: jax.Array, cfg: SamplingConfig,
                   constraint: TokenConstraint | None = None):
     B, N = idle.shape[0], cfg.max_new_tokens
     carry = dict(step=jnp.int32(0), logits=logits, done=jnp.asarray(idle), n_gen=jnp.zeros((B,), jnp.int32),
                  tokens=jnp.zeros((B, N), jnp.int32), logp=jnp.zeros((B, N), jnp.float32),
-                 key=jax.random.PRNGKey(seed))
+                 key=key)
     if constraint is not None:
       carry["automaton"] = jnp.full((B,), constraint.start, jnp.int32)
     if cfg.frequency_penalty or cfg.presence_penalty:
@@ -356,7 +371,8 @@ def _decode(graphdef, params, cache, carry, limit, cfg: SamplingConfig, constrai
 
   def body(state):
     c, cache = state
-    key = jax.random.fold_in(c["key"], c["step"])
+    key = (jax.random.fold_in(c["key"], c["step"]) if c["key"].ndim == 1 else  # one stream, or one per row
+           jax.vmap(jax.random.fold_in, (0, None))(c["key"], c["step"]))
     logits, live = c["logits"], ~c["done"]
     if "counts" in c:
       logits = logits - cfg.frequency_penalty * c["counts"] - cfg.presence_penalty * (c["counts"] > 0)

@@ -36,7 +36,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from m3jax import parallel
-from m3jax.distributed import put_global, to_host
+from m3jax.distributed import put_global, replicate_single, to_host
 from m3jax.models.decoder import Decoder
 from m3jax.models.lora import LoRAParam
 from m3jax.rl import logprobs as lp_lib
@@ -227,15 +227,12 @@ class Learner:
     return jax.tree.map(place, params, is_leaf=lambda x: isinstance(x, nnx.Variable))
 
   def _place_opt(self, opt_state):
-    """The optimizer state committed where the parameters live. `_init_opt` returns the leaves it does not
-    derive from them (step and skip counts) uncommitted on one device; jit keys its cache on commitment (the
-    second update would compile again), and a checkpoint restores each leaf with its template's placement, so a
-    count pinned to one device would then meet parameters on the mesh."""
+    """The optimizer state committed where the parameters live: `_init_opt` returns the step and skip counts
+    uncommitted on one device, and jit keys its cache on commitment (the second update would compile again);
+    on a mesh see `replicate_single`."""
     if self.mesh is None:
       return jax.device_put(opt_state, jax.devices()[0])
-    rep = parallel.replicated(self.mesh)
-    single = lambda x: len(x.sharding.device_set) == 1 and self.mesh.size > 1
-    return jax.tree.map(lambda x: put_global(np.asarray(x), rep) if single(x) else x, opt_state)
+    return replicate_single(opt_state, self.mesh)
 
   def _put(self, x: np.ndarray) -> jax.Array:
     """[A, M, ...] host rows -> a global array, M sharded over data×fsdp; each process feeds only its rows."""

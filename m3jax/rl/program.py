@@ -6,6 +6,15 @@ groups (dynamic sampling), build the fixed-shape batch, recompute old log-probs 
 compute advantages, and train. The checkpoint holds params, optimizer state, the grain iterator state and the
 step; every random choice (question order, sampling seeds, mini-batch shuffles) is a pure function of
 (`seed`, step), so a killed run resumes with bit-identical next steps.
+
+On a pod (`mesh` set, one process per host): each round's questions are an interleaved shard of the global
+question order (process p draws global positions p, p + P, ...), each process rolls out its share on its own
+copy of the current parameters, every trajectory is sampled from a random stream keyed by its global position
+in the round (not its row in the local batch), and the rounds' trajectories and rewards are gathered through the
+JAX runtime, so dynamic sampling, advantages and the training batch are the same on every process and equal to
+the one-process run's. The update runs on the global mesh, each process feeding its rows of that batch;
+process 0 writes the logs and plots, every process writes its shards of the orbax checkpoint, whose metadata
+holds every process's iterator state (a run resumes on any process count dividing `batch_questions`).
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ import grain
 import numpy as np
 
 from m3jax import checkpoint
-from m3jax.distributed import DistributedConfig
+from m3jax.distributed import DistributedConfig, gather_objects, global_mesh, interleave, shard, to_host
 from m3jax.agent.control import ControlConfig, Controller, Question
 from m3jax.agent.judges import JUDGES, HTTPJudgeConfig, JudgeItem, make_judge
 from m3jax.agent.prompts import END_OF_TURN
@@ -99,6 +108,10 @@ class RLConfig:
   seed: int = 1
   out_dir: str = "runs/rl"
   save_every: int = 1
+  # (data, fsdp, tensor) over every process's devices: the learner's batch rows are sharded over data x fsdp and
+  # each process feeds its rows; rollouts then decode on a local copy of the parameters in every process.
+  # None = one device (a single process only)
+  mesh: tuple[int, int, int] | None = None
   distributed: DistributedConfig = DistributedConfig()  # multi-process start-up (m3jax.distributed)
 
   def __post_init__(self):
@@ -131,14 +144,18 @@ class RLProgram:
     from m3jax.memory.search import MemorySearcher, SearchConfig
 
     import jax
-    if jax.process_count() > 1:  # the learner runs on a global mesh (Learner(mesh=...)); the rollouts do not yet
-      raise ValueError(f"train.py rl runs its rollouts in one process; {jax.process_count()} processes joined "
-                       "(multi-process RL rollouts are not implemented)")
+    self.process, self.processes = jax.process_index(), jax.process_count()
+    if self.processes > 1 and cfg.mesh is None:
+      raise ValueError(f"{self.processes} processes joined: set mesh=(data, fsdp, tensor) over their "
+                       f"{jax.device_count()} devices")
+    if cfg.batch_questions % self.processes:
+      raise ValueError(f"batch_questions={cfg.batch_questions} does not split over {self.processes} processes")
     self.cfg = cfg
+    self.mesh = None if cfg.mesh is None else global_mesh(*cfg.mesh)
     self.model, self.tokenizer = load_model(cfg)
     # the frozen initial policy (before any warm start) for the KL term; with LoRA, the model's own frozen base
     self.ref_model = load_model(cfg)[0] if cfg.learner.loss.kl_coef > 0 and not cfg.lora_rank else None
-    self.learner = Learner(self.model, cfg.learner, ref_model=self.ref_model)
+    self.learner = Learner(self.model, cfg.learner, mesh=self.mesh, ref_model=self.ref_model)
     embed = make_embedder(cfg.embedder)
     dim = int(np.asarray(embed(["x"])).shape[-1])
     seeds = list(range(*cfg.train_seeds)) + list(range(*cfg.eval_seeds))
@@ -148,15 +165,33 @@ class RLProgram:
     self.eval_records = [r for r in records if r.memory_id >= n_train][:cfg.eval_questions]
     self.searcher = MemorySearcher(graphs, embed, SearchConfig())
     self.judge = make_judge(cfg.judge, cfg.judge_model, cfg.http_judge)
-    self.dataset = grain.MapDataset.source(self.train_records).shuffle(seed=cfg.seed).repeat()
+    # this process's interleaved shard of the global question order: at every draw the processes' questions
+    # together are the one-process run's
+    self.dataset = grain.MapDataset.source(self.train_records).shuffle(seed=cfg.seed).repeat()[
+        self.process::self.processes]
     self.batcher = DynamicBatcher(cfg.sampling, cfg.batch_questions)
     self.stop_ids = tuple(self.tokenizer.encode(END_OF_TURN, add_special_tokens=False))
     self.pad_id = int(self.tokenizer.pad_token_id or 0)
     self.prefill_tokens = self.prefill_tokens_saved = 0  # over every rollout of this program (`Sampler`'s counts)
 
   # ------------------------------------------------------------------------------------------- rollouts
-  def rollout(self, records: list[QARecord], seed: int, greedy: bool = False, group: int | None = None):
-    """Runs G trajectories per record with the current parameters; returns (trajectories, reward parts)."""
+  def local_model(self):
+    """The policy with the current parameters on this process's first device: the model itself without a mesh;
+    on a mesh a host copy of every (possibly sharded, multi-process) array, so each process decodes its own
+    rollouts without the others. A collective on a mesh: every process calls it."""
+    if self.mesh is None:
+      return self.model
+    import jax
+    from flax import nnx
+
+    graphdef, state = nnx.split(self.model)
+    device = jax.local_devices()[0]
+    return nnx.merge(graphdef, jax.tree.map(lambda x: jax.device_put(to_host(x), device), state))
+
+  def rollout(self, records: list[QARecord], seed: int, greedy: bool = False, group: int | None = None,
+              row_ids: list[int] | None = None):
+    """Runs G trajectories per record with the current parameters; returns (trajectories, reward parts).
+    `row_ids` (one per trajectory) key each trajectory's sampling stream (see `LLMPolicy`)."""
     from m3jax.agent.policy import LLMPolicy
     from m3jax.models.sampling import Sampler, SamplingConfig
 
@@ -164,13 +199,16 @@ class RLProgram:
     g = c.group_size if group is None else group
     sampling = SamplingConfig(max_new_tokens=c.max_new_tokens, greedy=greedy, temperature=c.temperature,
                               top_p=c.top_p, top_k=c.top_k, stop_token_ids=self.stop_ids, seed=seed)
+    model = self.local_model()
+    if not records:  # a process without questions (an evaluation set smaller than the pod)
+      return [], {}
     # LoRA: decode with the adapters merged into a copy of the weights once per rollout (policy update); on an
     # AMD EPYC a 4-layer d=256 batch-1 decode step took 1.62 ms merged vs 2.08 ms adapting every projection,
     # and the merge 12 ms (~25 steps), while a rollout decodes hundreds of steps
-    model = self.model if self.model.lora is None else merged(self.model)
+    model = model if model.lora is None else merged(model)
     # the G rows of a group share their first prompt: the sampler prefills it once and forks the cache
     sampler = Sampler(model, sampling, self.tokenizer, share_prefix=True)
-    policy = LLMPolicy(sampler, self.tokenizer, sampling)
+    policy = LLMPolicy(sampler, self.tokenizer, sampling, row_ids=row_ids)
     questions = _questions(records, g)
     trajs = Controller(policy, self.searcher, c.control).run(questions)
     self.prefill_tokens += sampler.prefill_tokens
@@ -182,21 +220,30 @@ class RLProgram:
     return trajs, parts
 
   def _generate_round(self, it, step: int, round_box: list[int]):
+    """One rollout round: this process's share of the round's questions, then every process's groups (gathered),
+    in the global question order."""
     c = self.cfg
-    records = [next(it) for _ in range(c.batch_questions)]
+    P, G = self.processes, c.group_size
+    records = [next(it) for _ in range(c.batch_questions // P)]
     seed = (c.seed * 1_000_003 + step * 1009 + round_box[0] * 17) % (2**31)
     round_box[0] += 1
-    trajs, parts = self.rollout(records, seed)
-    G = c.group_size
-    return [Group(payload=(trajs[i * G:(i + 1) * G], {k: v[i * G:(i + 1) * G] for k, v in parts.items()}),
-                  outcomes=parts["outcome"][i * G:(i + 1) * G]) for i in range(len(records))]
+    # local question i is the round's global question i * P + process; its trajectories' streams follow from that
+    row_ids = [(i * P + self.process) * G + k for i in range(len(records)) for k in range(G)]
+    fed, saved = self.prefill_tokens, self.prefill_tokens_saved
+    trajs, parts = self.rollout(records, seed, row_ids=row_ids)
+    local = [(trajs[i * G:(i + 1) * G], {k: v[i * G:(i + 1) * G] for k, v in parts.items()})
+             for i in range(len(records))]
+    shares = gather_objects((local, self.prefill_tokens - fed, self.prefill_tokens_saved - saved))
+    self.prefill_tokens = fed + sum(s[1] for s in shares)  # the pod's prefill work
+    self.prefill_tokens_saved = saved + sum(s[2] for s in shares)
+    return [Group(payload=g, outcomes=g[1]["outcome"]) for g in interleave([s[0] for s in shares])]
 
   def evaluate(self) -> float:
-    """Held-out accuracy with greedy decoding, one trajectory per question."""
+    """Held-out accuracy with greedy decoding, one trajectory per question (shared out over the processes)."""
     if not self.eval_records:
       return float("nan")
-    _, parts = self.rollout(self.eval_records, seed=0, greedy=True, group=1)
-    return float(parts["outcome"].mean())
+    _, parts = self.rollout(shard(self.eval_records), seed=0, greedy=True, group=1)
+    return float(np.concatenate([o for o in gather_objects(parts.get("outcome", np.zeros(0)))]).mean())
 
   # ------------------------------------------------------------------------------------------- training
   def warm_start(self, ckpt: checkpoint.Checkpointer | None = None) -> list[dict[str, float]]:
@@ -212,7 +259,8 @@ class RLProgram:
       return []
     loss = dataclasses.replace(c.learner.loss, objective="nll", kl_coef=0.0)
     optim = dataclasses.replace(c.learner.optim, lr=c.warm_start_lr, schedule="constant", warmup_steps=0)
-    cloner = Learner(self.model, dataclasses.replace(c.learner, loss=loss, optim=optim, epochs=1, mini_batches=1))
+    cloner = Learner(self.model, dataclasses.replace(c.learner, loss=loss, optim=optim, epochs=1, mini_batches=1),
+                     mesh=self.mesh)
     order = np.random.default_rng(c.seed + 1).permutation(len(self.train_records))
     n = c.warm_start_questions
     from tqdm import tqdm
@@ -223,7 +271,7 @@ class RLProgram:
       cloner.restore(state)
       start, history = int(meta["step"]), list(meta["history"])
     for step in tqdm(range(start, c.warm_start_steps), initial=start, total=c.warm_start_steps,
-                     desc="warm start", unit="step"):
+                     desc="warm start", unit="step", disable=self.process != 0):
       t0 = time.perf_counter()
       records = [self.train_records[order[(step * n + i) % len(order)]] for i in range(n)]
       questions = _questions(records, 1)
@@ -238,7 +286,7 @@ class RLProgram:
       history.append(metrics)
       if ckpt is not None:
         ckpt.save(step + 1, cloner.state(), {"step": step + 1, "history": history})
-    self.learner = Learner(self.model, c.learner, ref_model=self.ref_model)
+    self.learner = Learner(self.model, c.learner, mesh=self.mesh, ref_model=self.ref_model)
     return history
 
   def train_step(self, it, step: int) -> dict[str, float]:
@@ -297,39 +345,50 @@ class RLProgram:
 
     c = self.cfg
     out = pathlib.Path(c.out_dir)
+    lead = self.process == 0  # writes the logs, plots and the adapter; every process writes checkpoint shards
     ckpt = checkpoint.Checkpointer(out / "ckpt")
     it = iter(self.dataset)
     start, restored = 0, ckpt.latest_step() is not None
     if restored:
       state, meta = ckpt.restore(self.learner.state())
       self.learner.restore(state)
-      it.set_state(meta["data"])
+      it.set_state(self._data_state(meta["data"]))
       start = int(meta["step"])
-    log = MetricsLog(out, resume_step=start if restored else -1)
+    log = MetricsLog(out, resume_step=start if restored else -1) if lead else None
     first = None  # the curve's step 0: the warm start's last metrics and the accuracy DAPO starts from
     if not restored:
       first = self._warm_start_saved(ckpt, it) if c.warm_start_steps else {}
-    elif start == 0 and not log.logged(0):  # died in the step-0 evaluation: the warm start is in the checkpoint
-      first = dict(meta.get("warm", {}))
+    elif start == 0 and not gather_objects(lead and log.logged(0))[0]:  # died in the step-0 evaluation (process
+      first = dict(meta.get("warm", {}))                                # 0's log decides, for every process)
     if first is not None and (c.warm_start_steps or c.eval_every):
       if c.eval_every:  # the policy DAPO starts from, so the gain from RL itself shows
         first["eval/accuracy"] = self.evaluate()
-      log.write(0, first)
+      if lead:
+        log.write(0, first)
     history = []
-    for step in tqdm(range(start + 1, c.steps + 1), initial=start, total=c.steps, desc="rl", unit="step"):
+    for step in tqdm(range(start + 1, c.steps + 1), initial=start, total=c.steps, desc="rl", unit="step",
+                     disable=not lead):
       metrics = self.train_step(it, step)
       if c.eval_every and step % c.eval_every == 0:
         metrics["eval/accuracy"] = self.evaluate()
-      log.write(step, metrics)
+      if lead:
+        log.write(step, metrics)
       history.append(metrics)
       if step % c.save_every == 0 or step == c.steps:
-        ckpt.save(step, self.learner.state(), {"step": step, "data": it.get_state()})
-    log.plot()
-    log.close()
+        # every process's iterator state (gathered: process 0 writes the metadata)
+        ckpt.save(step, self.learner.state(), {"step": step, "data": gather_objects(it.get_state())})
+    if lead:
+      log.plot()
+      log.close()
     ckpt.close()
     if c.lora_rank:
-      export_adapter_file(out / "adapter.npz", self.model, "controller", self.adapter_meta())
+      self._export_adapter(self.adapter_meta())
     return history
+
+  def _export_adapter(self, meta: dict[str, Any]) -> None:
+    model = self.local_model()  # a collective on a mesh
+    if self.process == 0:
+      export_adapter_file(pathlib.Path(self.cfg.out_dir) / "adapter.npz", model, "controller", meta)
 
   def _warm_start_saved(self, ckpt: checkpoint.Checkpointer, it) -> dict[str, float]:
     """The warm start (resumable from `out_dir/warm_ckpt`), then at once a step-0 checkpoint of the DAPO
@@ -340,11 +399,25 @@ class RLProgram:
     warm = self.warm_start(warm_ckpt)
     warm_ckpt.close()
     first = {f"warm/{k}": v for k, v in warm[-1].items()}
-    ckpt.save(0, self.learner.state(), {"step": 0, "data": it.get_state(), "warm": first})
-    shutil.rmtree(out / "warm_ckpt", ignore_errors=True)  # superseded by the step-0 checkpoint
+    ckpt.save(0, self.learner.state(), {"step": 0, "data": gather_objects(it.get_state()), "warm": first})
+    if self.process == 0:
+      shutil.rmtree(out / "warm_ckpt", ignore_errors=True)  # superseded by the step-0 checkpoint
     if self.cfg.lora_rank:
-      export_adapter_file(out / "adapter.npz", self.model, "controller", {**self.adapter_meta(), "steps": 0})
+      self._export_adapter({**self.adapter_meta(), "steps": 0})
     return first
+
+  def _data_state(self, saved) -> dict[str, Any]:
+    """This process's iterator state from a checkpoint's: its own when the process count is unchanged, else
+    recomputed from the number of questions drawn so far (the shards advance in lockstep, and the global order
+    is a pure function of the seed). A one-process checkpoint of before per-process states holds one dict."""
+    states = [saved] if isinstance(saved, dict) else list(saved)
+    if len(states) == self.processes:
+      return states[self.process]
+    drawn = sum(int(s["next_index"]) for s in states)
+    if drawn % self.processes:
+      raise ValueError(f"the checkpoint's {len(states)} processes drew {drawn} questions, which do not split "
+                       f"over {self.processes} processes")
+    return dict(states[0], next_index=drawn // self.processes)
 
   def adapter_meta(self) -> dict[str, Any]:
     """What an answerer needs to run the adapter the way it was trained: base model and protocol."""

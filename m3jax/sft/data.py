@@ -4,7 +4,9 @@ builder (array_record files, no TensorFlow needed), and a grain pipeline that tu
 Sources: generated episodes (`episode_source`: render the mp4, decode it clip by clip like memorization does, and
 take the script's gold memories as targets, with the node ids an ideal memorizer would assign: face 2i, voice
 2i+1 for character i), or a user's own `MemoryExample`s. Batches are a pure function of (seed, index) through
-grain's random-access MapDataset, which is what makes a resumed run see exactly the batches it would have seen.
+grain's random-access MapDataset, which is what makes a resumed run see exactly the batches it would have seen,
+on any number of processes: on a pod each process reads and encodes only its interleaved share of each batch's
+rows (`ShardedBatches`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from etils import epath
 from PIL import Image
 
 from m3jax.data.episodes import EpisodeConfig, make_episode, render_gold
+from m3jax.distributed import gather_objects, interleave
 from m3jax.models.omni.processor import ProcessorConfig, sample_frame_indices
 from m3jax.models.omni.thinker import ThinkerConfig
 from m3jax.models.omni.chat import Batch, ChatTokens, EncodedExample, MemoryExample, TextTokenizer, collate, encode_example
@@ -130,15 +133,39 @@ def _bucket(n: int, buckets: Sequence[int]) -> int:
   raise ValueError(f"example of {n} tokens exceeds the largest length bucket {buckets[-1]}")
 
 
+class ShardedBatches:
+  """Batch k of a random-access row dataset (rows k·B .. k·B + B − 1 of its global order), read on a pod in
+  interleaved shares: process p reads and encodes only rows k·B + p, k·B + p + P, ...; the encoded rows are
+  gathered through the JAX runtime and every process collates the same global batch (the media of an Omni batch
+  are packed across its rows), identical to the batch one process reading it whole would build. Each process
+  then feeds its own rows of it to the mesh. Indexing is a collective on a pod: every process asks for the same
+  k. `drop_remainder=False`: one pass, the last batch short."""
+
+  def __init__(self, rows: grain.MapDataset, batch: int, collate_fn: Callable[[list], object],
+               drop_remainder: bool):
+    self.rows, self.batch, self.collate_fn, self.drop_remainder = rows, batch, collate_fn, drop_remainder
+
+  def __len__(self) -> int:
+    n = len(self.rows)
+    return n // self.batch if self.drop_remainder else -(-n // self.batch)
+
+  def __getitem__(self, k: int):
+    import jax
+    if not 0 <= k < len(self):
+      raise IndexError(f"batch {k} of {len(self)}")
+    stop = min((k + 1) * self.batch, len(self.rows))
+    mine = [self.rows[j] for j in range(k * self.batch + jax.process_index(), stop, jax.process_count())]
+    return self.collate_fn(interleave(gather_objects(mine)))
+
+
 def batches(source, cfg: ThinkerConfig, prompt: str, tok: TextTokenizer, chat: ChatTokens, proc: ProcessorConfig,
-            spec: BatchSpec, seed: int | None) -> grain.MapDataset:
-  """Random-access dataset of Batch: shuffled per epoch with `seed` (None = in order, one pass) and repeated."""
+            spec: BatchSpec, seed: int | None) -> ShardedBatches:
+  """Random-access Batches: shuffled per epoch with `seed` (None = in order, one pass) and repeated."""
   ds = grain.MapDataset.source(source)
   if seed is not None:
     ds = ds.shuffle(seed=seed).repeat()
   ds = ds.map(lambda rec: encode_example(to_example(rec), prompt, tok, chat, proc))
 
   def build(rows: Sequence[EncodedExample]) -> Batch:
-    rows = list(rows)
     return collate(cfg, rows, _bucket(max(len(r.ids) for r in rows), spec.length_buckets), spec.batch)
-  return ds.batch(spec.batch, drop_remainder=seed is not None, batch_fn=build)
+  return ShardedBatches(ds, spec.batch, build, drop_remainder=seed is not None)

@@ -193,7 +193,8 @@ def save_writer_adapter(cfg: SFTConfig, trainer: Trainer) -> pathlib.Path:
 
 def _prepare_once(tfds_dir: pathlib.Path, sources, prepare=sft_data.prepare) -> dict:
   """Process 0 builds the dataset, the others then open it (data_dir is shared storage on a pod, and two
-  builders writing the same files would race); every process then builds each global batch and feeds its rows."""
+  builders writing the same files would race); every process then reads its share of each batch's rows
+  (`sft_data.ShardedBatches`)."""
   import jax
   if jax.process_count() > 1:
     from jax.experimental import multihost_utils

@@ -23,7 +23,7 @@ import orbax.checkpoint as ocp
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from m3jax.distributed import put_global
+from m3jax.distributed import put_global, replicate_single
 from m3jax.models.lora import LoRAParam
 from m3jax.models.decoder import Decoder
 from m3jax.models.omni.thinker import Thinker
@@ -135,6 +135,8 @@ class Trainer:
       self.params, self.rest = jax.tree.map(lambda x: put_global(x, rep), (self.params, self.rest))
     self.lead = jax.process_index() == 0  # the one process that writes logs and plots
     self.opt_state = make_optimizer(cfg).init(self.params)
+    if mesh is not None:  # the step counts too, so a restored state is placed as a fresh one
+      self.opt_state = replicate_single(self.opt_state, mesh)
     self.train_batch, self.eval_batches = train_batch, eval_batches
     self.progress = progress
     self.step = 0

@@ -42,6 +42,7 @@ from m3jax.agent.writers import CONTRACT_KEYS, TemplateWriter, clip_prompt
 from m3jax.data.episode_render import render_episode
 from m3jax.data.episodes import Episode, EpisodeConfig, fact_values, make_episode, utterance_fact
 from m3jax.memory import journal
+from m3jax.sft.data import ShardedBatches
 from m3jax.sft.loss import TextBatch
 
 Source = Callable[[], Iterator[tuple[str, dict[str, str]]]]  # (key, {"observation": JSON, "target": reply})
@@ -199,10 +200,11 @@ def collate_text(rows: Sequence[tuple[np.ndarray, np.ndarray]], batch: int, buck
 
 
 def text_batches(source, tokenizer, instruction: str, batch: int, buckets: Sequence[int],
-                 seed: int | None) -> grain.MapDataset:
-  """Random-access TextBatches: shuffled per epoch with `seed` and repeated (None = in order, one pass)."""
+                 seed: int | None) -> ShardedBatches:
+  """Random-access TextBatches: shuffled per epoch with `seed` and repeated (None = in order, one pass); on a pod
+  each process encodes only its share of each batch's rows (`ShardedBatches`)."""
   ds = grain.MapDataset.source(source)
   if seed is not None:
     ds = ds.shuffle(seed=seed).repeat()
   ds = ds.map(lambda rec: encode_pair(rec, tokenizer, instruction))
-  return ds.batch(batch, drop_remainder=seed is not None, batch_fn=lambda rows: collate_text(rows, batch, buckets))
+  return ShardedBatches(ds, batch, lambda rows: collate_text(rows, batch, buckets), drop_remainder=seed is not None)
