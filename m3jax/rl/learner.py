@@ -82,8 +82,9 @@ class LearnerConfig:
   vocab_chunk: int = 8192
   layer_loop: Literal["unroll", "scan"] = "unroll"  # "scan" compiles once for very deep models
   remat: bool = False  # rematerialise each layer in the backward pass (activation memory of one layer)
-  # the decoder's matmul inputs in the learner: None = the model's own `compute_dtype`; "bfloat16" with float32
-  # params, float32 accumulation, norms and softmaxes, and the LM head and log-softmax in float32
+  # the decoder's activations and matmul inputs in the learner (DecoderConfig.compute_dtype); None: the model's
+  # own. "bfloat16" keeps params and optimizer state, matmul accumulation, norms, softmaxes, the LM head and
+  # the log-softmax in float32
   compute_dtype: Literal["float32", "bfloat16"] | None = None
 
   def __post_init__(self):
