@@ -82,10 +82,16 @@ class LearnerConfig:
   vocab_chunk: int = 8192
   layer_loop: Literal["unroll", "scan"] = "unroll"  # "scan" compiles once for very deep models
   remat: bool = False  # rematerialise each layer in the backward pass (activation memory of one layer)
+  # the decoder's activations and matmul inputs in the learner (DecoderConfig.compute_dtype); None: the model's
+  # own. "bfloat16" keeps params and optimizer state, matmul accumulation, norms, softmaxes, the LM head and
+  # the log-softmax in float32
+  compute_dtype: Literal["float32", "bfloat16"] | None = None
 
   def __post_init__(self):
     if self.layer_loop not in ("unroll", "scan"):
       raise LearnerConfigError(f"layer_loop={self.layer_loop!r}; expected 'unroll' or 'scan'")
+    if self.compute_dtype not in (None, "float32", "bfloat16"):
+      raise LearnerConfigError(f"compute_dtype={self.compute_dtype!r}; expected 'float32' or 'bfloat16'")
     if (self.epochs < 1 or self.mini_batches < 1 or self.micro_batch < 0 or self.length_bucket < 0
         or self.temperature <= 0):
       raise LearnerConfigError("epochs and mini_batches must be >= 1, micro_batch and length_bucket >= 0, "
@@ -264,7 +270,11 @@ class Learner:
 # architecture and settings shares one compilation (tests, resumes and benchmarks build several).
 def _forward(graphdef, cfg: LearnerConfig, rest, params, tokens, lengths, mask):
   model = nnx.merge(graphdef, params, rest)
+  if cfg.compute_dtype is not None:  # a traced copy: the caller's model keeps its own policy
+    model.cfg = dataclasses.replace(model.cfg, compute_dtype=cfg.compute_dtype)
   h, _ = model.hidden(tokens, chunk_len=lengths, layer_loop=cfg.layer_loop, remat=cfg.remat)
+  if cfg.compute_dtype is not None:  # the LM head in float32 too, as the log-softmax always is
+    h = h.astype(jnp.float32)
   return lp_lib.sequence_logprobs(h, model.lm_head_weight(), tokens, mask, temperature=cfg.temperature,
                                   seq_chunk=cfg.seq_chunk, vocab_chunk=cfg.vocab_chunk)
 
