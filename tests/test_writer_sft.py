@@ -6,6 +6,7 @@ else is built from that cache or from hand-made observations."""
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -80,19 +81,43 @@ def test_targets_hold_only_what_perception_gives(perceived):
   assert not any(name in s for s in deaf["high_level_conclusions"])  # a misheard name is not a fact to write
 
 
+@pytest.fixture(scope="module")
+def shipped_writer():
+  from m3jax.agent.writers import SHIPPED_WRITER, trained_writer
+  return trained_writer(SHIPPED_WRITER)
+
+
+def test_the_shipped_writer_writes_what_the_clip_holds(perceived, shipped_writer):
+  """Real weights: the shipped adapter on its base writes a contract reply for a perceived clip (no fallback to
+  the template, no invented tag), tags every memory with the clip's own ids, quotes what a voice said, and
+  writes no face tag for a clip where no face was detected."""
+  obs = perceived[1].observations[0]
+  ids = {f"<face_{f.node_id}>" for f in obs.faces} | {f"<voice_{s.node_id}>" for s in obs.speech}
+  written = shipped_writer.write([obs])[0]
+  memories = list(written.episodic) + list(written.semantic)
+  assert shipped_writer.failures == 0 and shipped_writer.dropped == 0 and written.episodic
+  tags = {t for m in memories for t in re.findall(r"<(?:face|voice)_\d+>", m)}
+  assert tags and tags <= ids
+  words = {w.lower() for s in obs.speech for w in re.findall(r"[A-Za-z]{4,}", s.text)}
+  assert any("says" in m and words & {w.lower() for w in re.findall(r"[A-Za-z]{4,}", m)} for m in written.episodic)
+  faceless = shipped_writer.write([ClipObservation(obs.clip, obs.start, obs.duration, (), obs.speech)])[0]
+  assert faceless.episodic and not any("<face_" in m for m in faceless.episodic + faceless.semantic)
+
+
 def test_writer_drops_and_counts_invented_tags():
   reply = json.dumps({"video_description": ["<face_3> is present.", "<voice_4> says hello.", "<face_9> waves."],
-                      "high_level_conclusions": ["<character_0> is Susan.", "<voice_4>'s name is Susan."]})
+                      "high_level_conclusions": ["<character_0> is Susan.", "<voice_4>'s name is Susan.",
+                                                 "Equivalence: <face_x>, <voice_4>"]})
   writer = LLMWriter(lambda convs: [reply] * len(convs))
   faceless = _clip(faces=())
   mem = writer.write([faceless])[0]
   assert mem == ClipMemories(("<voice_4> says hello.",), ("<voice_4>'s name is Susan.",))
-  assert writer.dropped == 3
+  assert writer.dropped == 4
   mem = writer.write([_clip()])[0]
-  assert mem.episodic == ("<face_3> is present.", "<voice_4> says hello.") and writer.dropped == 5
+  assert mem.episodic == ("<face_3> is present.", "<voice_4> says hello.") and writer.dropped == 7
   restored = LLMWriter(lambda convs: [])
   restored.load_state(writer.state())
-  assert restored.dropped == 5
+  assert restored.dropped == 7
 
 
 def test_matcher_on_hand_made_cases():

@@ -197,9 +197,14 @@ def parse_writer_output(reply: str) -> tuple[list[str], list[str]]:
 def _known_ids_only(sentences: list[str], clip: ClipObservation) -> list[str]:
   """Drops sentences naming an entity that is not in this clip's perception: a face/voice id it does not hold
   (so no face tag at all where no face was detected) or a character tag (a writer never sees character ids). An
-  LLM inventing ids makes bogus edges, and one that sees a face perception missed makes a false memory."""
+  LLM inventing ids makes bogus edges, and one that sees a face perception missed makes a false memory. A tag
+  without a number (the instruction's own `<face_x>`, which a small model copies) names nobody: dropped too."""
   known = {("face", f.node_id) for f in clip.faces} | {("voice", s.node_id) for s in clip.speech}
-  return [s for s in sentences if all(tag in known for tag in parse_entities(s))]
+  return [s for s in sentences
+          if not _PLACEHOLDER_TAG_RE.search(s) and all(tag in known for tag in parse_entities(s))]
+
+
+_PLACEHOLDER_TAG_RE = re.compile(r"<(?:face|voice|character)_(?!\d+>)[^<>]*>")
 
 
 class FallbackState:
@@ -267,6 +272,9 @@ class LLMWriter(FallbackState):
       self.failures += 1
       out[i] = template[i]
     return [m if m is not None else ClipMemories() for m in out]
+
+
+SHIPPED_WRITER = pathlib.Path(__file__).resolve().parents[1] / "data" / "writer" / "writer.npz"  # + MODEL_CARD.md
 
 
 def read_adapter_card(adapter: str | pathlib.Path) -> dict[str, Any]:
