@@ -95,6 +95,17 @@ def test_writer_drops_and_counts_invented_tags():
   assert restored.dropped == 5
 
 
+def test_writer_keeps_only_face_voice_equivalences():
+  # A trained writer wrote "Equivalence: <face_0>, <face_7>" for a clip showing two people: the graph would make
+  # them one character, so one person's name answers for the other's facts.
+  clip = _clip(faces=((3, 0.5), (5, 0.6)), speech=((4, 0.5, 3.0, "Hi."), (6, 3.0, 5.0, "Hello.")))
+  reply = json.dumps({"video_description": ["<face_3> is present."], "high_level_conclusions": [
+      "Equivalence: <face_3>, <face_5>", "Equivalence: <voice_4>, <voice_6>", "Equivalence: <face_3>",
+      "Equivalence: <face_3>, <voice_4>, <voice_6>", "Equivalence: <face_5>, <voice_6>"]})
+  writer = LLMWriter(lambda convs: [reply] * len(convs))
+  assert writer.write([clip])[0].semantic == ("Equivalence: <face_5>, <voice_6>",) and writer.dropped == 4
+
+
 def test_matcher_on_hand_made_cases():
   people = ClipPeople({3: "Susan", 5: "Peter"}, {4: "Susan", 6: None})
   assert matches("<voice_4> likes to drink tea.", "<face:Susan> likes to drink tea.", people)
