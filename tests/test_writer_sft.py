@@ -15,7 +15,7 @@ from m3jax.agent.demo import utterance_spans
 from m3jax.agent.memorize import default_graph_config, load_memory
 from m3jax.agent.observations import ClipMemories, ClipObservation, FaceObservation, SpeechObservation
 from m3jax.agent.perceive import PerceptionModels
-from m3jax.agent.writers import LLMWriter, TemplateWriter, parse_writer_output
+from m3jax.agent.writers import LLMWriter, TemplateWriter, clip_prompt, parse_writer_output
 from m3jax.data.episodes import EpisodeConfig, make_episode
 from m3jax.memory.graph import MemoryGraph
 from m3jax.sft import writer_data
@@ -78,6 +78,15 @@ def test_targets_hold_only_what_perception_gives(perceived):
   deaf = writer_data.clip_target(ep, ClipObservation(obs.clip, obs.start, obs.duration, obs.faces, misheard), spans)
   assert any(f"name is {name}" in s for s in full["high_level_conclusions"])
   assert not any(name in s for s in deaf["high_level_conclusions"])  # a misheard name is not a fact to write
+
+
+def test_target_quotes_follow_the_prompt_order():
+  # voices taking turns (4, 6, 4): the prompt lists voice 4's two segments, then voice 6's; so must the target
+  turns = _clip(speech=((4, 0.5, 3.0, "One."), (6, 3.0, 5.0, "Two."), (4, 5.0, 7.0, "Three.")))
+  quotes = [s for s in writer_data.clip_target(make_episode(EPISODE), turns)["video_description"] if " says: " in s]
+  prompt = clip_prompt(turns)[0]["content"]
+  assert quotes == ['<voice_4> says: "One."', '<voice_4> says: "Three."', '<voice_6> says: "Two."']
+  assert prompt.index('"One."') < prompt.index('"Three."') < prompt.index('"Two."')
 
 
 def test_writer_drops_and_counts_invented_tags():
