@@ -13,7 +13,8 @@ same observations. Per writer:
   valid tags  the writer's own memories (before validation) with at least one tag, all of the clip's;
   halluc.     per clip: tags the clip's perception does not hold + cast names no transcript of the clip says
               (before validation: what the model invented, whether or not validation then dropped it);
-  dropped     memories validation removed for naming entities the clip does not hold;
+  dropped     memories validation removed (naming entities the clip does not hold, or an equivalence that is
+              not one face and one voice);
   s/clip      the writer's wall time per clip;
   QA          the episode's questions answered by the rules answerer over a memory rebuilt from the same
               perception with this writer's memories (`writer_metrics.replay_graph`).

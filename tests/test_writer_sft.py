@@ -16,7 +16,7 @@ from m3jax.agent.demo import utterance_spans
 from m3jax.agent.memorize import default_graph_config, load_memory
 from m3jax.agent.observations import ClipMemories, ClipObservation, FaceObservation, SpeechObservation
 from m3jax.agent.perceive import PerceptionModels
-from m3jax.agent.writers import LLMWriter, TemplateWriter, parse_writer_output
+from m3jax.agent.writers import LLMWriter, TemplateWriter, clip_prompt, parse_writer_output
 from m3jax.data.episodes import EpisodeConfig, make_episode
 from m3jax.memory.graph import MemoryGraph
 from m3jax.sft import writer_data
@@ -104,10 +104,19 @@ def test_the_shipped_writer_writes_what_the_clip_holds(perceived, shipped_writer
   assert faceless.episodic and not any("<face_" in m for m in faceless.episodic + faceless.semantic)
 
 
+def test_target_quotes_follow_the_prompt_order():
+  # voices taking turns (4, 6, 4): the prompt lists voice 4's two segments, then voice 6's; so must the target
+  turns = _clip(speech=((4, 0.5, 3.0, "One."), (6, 3.0, 5.0, "Two."), (4, 5.0, 7.0, "Three.")))
+  quotes = [s for s in writer_data.clip_target(make_episode(EPISODE), turns)["video_description"] if " says: " in s]
+  prompt = clip_prompt(turns)[0]["content"]
+  assert quotes == ['<voice_4> says: "One."', '<voice_4> says: "Three."', '<voice_6> says: "Two."']
+  assert prompt.index('"One."') < prompt.index('"Three."') < prompt.index('"Two."')
+
+
 def test_writer_drops_and_counts_invented_tags():
   reply = json.dumps({"video_description": ["<face_3> is present.", "<voice_4> says hello.", "<face_9> waves."],
                       "high_level_conclusions": ["<character_0> is Susan.", "<voice_4>'s name is Susan.",
-                                                 "Equivalence: <face_x>, <voice_4>"]})
+                                                 "<face_x> greets <voice_4>."]})
   writer = LLMWriter(lambda convs: [reply] * len(convs))
   faceless = _clip(faces=())
   mem = writer.write([faceless])[0]
@@ -118,6 +127,17 @@ def test_writer_drops_and_counts_invented_tags():
   restored = LLMWriter(lambda convs: [])
   restored.load_state(writer.state())
   assert restored.dropped == 7
+
+
+def test_writer_keeps_only_face_voice_equivalences():
+  # A trained writer wrote "Equivalence: <face_0>, <face_7>" for a clip showing two people: the graph would make
+  # them one character, so one person's name answers for the other's facts.
+  clip = _clip(faces=((3, 0.5), (5, 0.6)), speech=((4, 0.5, 3.0, "Hi."), (6, 3.0, 5.0, "Hello.")))
+  reply = json.dumps({"video_description": ["<face_3> is present."], "high_level_conclusions": [
+      "Equivalence: <face_3>, <face_5>", "Equivalence: <voice_4>, <voice_6>", "Equivalence: <face_3>",
+      "Equivalence: <face_3>, <voice_4>, <voice_6>", "Equivalence: <face_5>, <voice_6>"]})
+  writer = LLMWriter(lambda convs: [reply] * len(convs))
+  assert writer.write([clip])[0].semantic == ("Equivalence: <face_5>, <voice_6>",) and writer.dropped == 4
 
 
 def test_matcher_on_hand_made_cases():

@@ -31,6 +31,7 @@ ASK_SEARCH = SearchConfig()
 RETRIEVAL_ROUTE = "node"
 _WHO_RE = re.compile(r"^\s*who\s+(?:said|says|mentioned|told)\s+(?:that\s+)?(.*?)\??\s*$", re.IGNORECASE)
 CHARACTER_TAG_RE = re.compile(r"<(character_\d+|face_\d+|voice_\d+)>")
+_ASKS_PERSON_RE = re.compile(r"^\s*who", re.IGNORECASE)
 _CAPITAL_RE = re.compile(r"\b([A-Z][a-z]+)\b")
 _PRESENT_RE = re.compile(r"^\s*<[^<>]+> is present\.?\s*$")
 _PERSON_WHO_RE = re.compile(r"\bthe (?:person|one) who (.+?) (?=will|go|goes|does|did|is|lives|works|put)\b")
@@ -56,12 +57,16 @@ class RuleAnswerer:
     self.searcher = MemorySearcher(graphs, embed_fn, dataclasses.replace(search, node_topk=candidates))
     self.names_searcher = MemorySearcher(graphs, embed_fn, dataclasses.replace(search, node_topk=5))
 
-  def _top(self, q: Question, query: str, k: int = 1) -> str | None:
+  def _top(self, q: Question, query: str, k: int = 1, tagged: bool = False) -> str | None:
     """The best `k` memories for the query, joined. The search (restricted to the people the query names)
     returns candidates; they are re-ranked by similarity with the people's tags removed from both sides, so a
-    short tag-dominated line ("<character_0> is present.") cannot outrank what that person said."""
+    short tag-dominated line ("<character_0> is present.") cannot outrank what that person said. `tagged`: only
+    memories that name someone (a "who" question needs a person: an untagged conclusion such as the house rule
+    "In this house, the milk goes in the fridge door." matches "who gave the house rule about the milk" best and
+    names nobody)."""
     r = self.searcher.search([SearchRequest(q.graph_index, query, RETRIEVAL_ROUTE, q.before_clip)])[0]
-    cands = [s for sentences in r.memories.values() for s in sentences if not _PRESENT_RE.match(s)]
+    cands = [s for sentences in r.memories.values() for s in sentences
+             if not _PRESENT_RE.match(s) and (not tagged or CHARACTER_TAG_RE.search(s))]
     if not cands:
       return None
     emb = self.embed_fn([_strip_tags(query)] + [_strip_tags(s) for s in cands])
@@ -93,15 +98,15 @@ class RuleAnswerer:
   def answer_one(self, q: Question) -> str:
     who = _WHO_RE.match(q.question)
     if who:
-      hit = self._top(q, who.group(1))
+      hit = self._top(q, who.group(1), tagged=True)
       if hit is None:
         return NOT_IN_MEMORY
-      m = CHARACTER_TAG_RE.search(hit)
-      return (self._name_of(q, m.group(1)) or f"<{m.group(1)}>") if m else hit
+      tag = CHARACTER_TAG_RE.search(hit).group(1)
+      return self._name_of(q, tag) or f"<{tag}>"
     query = q.question
     hop = _PERSON_WHO_RE.search(query)
     if hop:  # multi-hop: first find who matches the description, then ask about that person
-      hit = self._top(q, hop.group(1))
+      hit = self._top(q, hop.group(1), tagged=True)
       m = CHARACTER_TAG_RE.search(hit or "")
       if m:
         query = query[:hop.start()] + f"<{m.group(1)}> " + query[hop.end():]
@@ -114,7 +119,8 @@ class RuleAnswerer:
         resolved += 1
     if names and not resolved and not hop:  # about someone the memory has no name for
       return NOT_IN_MEMORY
-    hit = self._top(q, query, 2 if " and " in q.question else 1)  # two-part questions take two memories
+    # two-part questions take two memories; a "who"/"whose" question is answered by a memory naming someone
+    hit = self._top(q, query, 2 if " and " in q.question else 1, tagged=bool(_ASKS_PERSON_RE.match(q.question)))
     return self._with_names(q, hit) if hit else NOT_IN_MEMORY
 
   def answer(self, questions: Sequence[Question]) -> list[str]:

@@ -24,7 +24,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 from m3jax.agent.observations import ClipMemories, ClipObservation
 from m3jax.models.constrained import TokenConstraint, compile_constraint, json_string_lists, token_bytes
-from m3jax.memory.tags import parse_entities
+from m3jax.memory.tags import is_equivalence, parse_entities
 
 Message = dict[str, str]
 
@@ -198,10 +198,20 @@ def _known_ids_only(sentences: list[str], clip: ClipObservation) -> list[str]:
   """Drops sentences naming an entity that is not in this clip's perception: a face/voice id it does not hold
   (so no face tag at all where no face was detected) or a character tag (a writer never sees character ids). An
   LLM inventing ids makes bogus edges, and one that sees a face perception missed makes a false memory. A tag
-  without a number (the instruction's own `<face_x>`, which a small model copies) names nobody: dropped too."""
+  without a number (the instruction's own `<face_x>`, which a small model copies) names nobody: dropped too.
+  Drops an equivalence that is not the prompt's "Equivalence: <face_x>, <voice_y>" (one face, one voice): the
+  graph unions every tag of a statement into one character, so "Equivalence: <face_0>, <face_7>" (two faces seen
+  at once: two people) would merge two people's facts and names (a trained writer wrote it on held-out clips)."""
   known = {("face", f.node_id) for f in clip.faces} | {("voice", s.node_id) for s in clip.speech}
-  return [s for s in sentences
-          if not _PLACEHOLDER_TAG_RE.search(s) and all(tag in known for tag in parse_entities(s))]
+
+  def valid(sentence: str) -> bool:
+    tags = parse_entities(sentence)
+    if _PLACEHOLDER_TAG_RE.search(sentence):
+      return False
+    if is_equivalence(sentence) and sorted(k for k, _ in tags) != ["face", "voice"]:
+      return False
+    return all(tag in known for tag in tags)
+  return [s for s in sentences if valid(s)]
 
 
 _PLACEHOLDER_TAG_RE = re.compile(r"<(?:face|voice|character)_(?!\d+>)[^<>]*>")
