@@ -150,7 +150,7 @@ class Learner:
         rows = perm[k * size:(k + 1) * size]
         mb = {key: self._put(v[self._layout(rows)]) for key, v in batch.items()}
         self.params, self.opt_state, metrics = _train_step(self.graphdef, self.cfg, self.rest, self.params,
-                                                           self.opt_state, mb)
+                                                           self.opt_state, mb, self.mesh)
         self.step += 1
         history.append({k: float(v) for k, v in jax.device_get(metrics).items()})
     nnx.update(self.model, self.params)
@@ -254,10 +254,25 @@ def _logprobs_fn(graphdef, cfg: LearnerConfig, rest, params, tokens, lengths, ma
   return jax.lax.map(lambda xs: _forward(graphdef, cfg, rest, params, *xs), (tokens, lengths, mask))
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=(3, 4))
-def _train_step(graphdef, cfg: LearnerConfig, rest, params, opt_state, mb):
+@functools.partial(jax.jit, static_argnums=(0, 1, 6), donate_argnums=(3, 4))
+def _train_step(graphdef, cfg: LearnerConfig, rest, params, opt_state, mb, mesh: Mesh | None = None):
+  """One optimizer step on the [A, M, ...] mini-batch `mb`.
+
+  The `data` axis is the one that crosses hosts (`distributed.global_mesh`), so its gradient all-reduce must
+  happen once per step, not once per micro-batch: the M rows are split into the `data` groups ([A, D, M/D]) and
+  each micro-batch's gradients are kept per group (vmapped, the group axis sharded over `data`) in the scan
+  carry; the groups are summed after the scan. Within a group, the `fsdp` and `tensor` reductions still happen
+  per micro-batch (they stay inside a host, and keep the carry as sharded as the parameters)."""
   lcfg = cfg.loss
   denom = losses.denominator(mb["mask"].reshape(-1, mb["mask"].shape[-1]), lcfg.agg_mode)
+  groups = 1 if mesh is None else mesh.shape["data"]
+  mb = jax.tree.map(lambda v: v.reshape(v.shape[0], groups, v.shape[1] // groups, *v.shape[2:]), mb)
+
+  def per_group(tree):  # the group axis on `data`; XLA lays out the rest as it does the parameters
+    if mesh is None:
+      return tree
+    spec = lambda x: P("data", *[P.UNCONSTRAINED] * (x.ndim - 1))
+    return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec(x))), tree)
 
   def micro_loss(p, x):
     logp, ent = _forward(graphdef, cfg, rest, p, x["tokens"], x["lengths"], x["mask"])
@@ -265,15 +280,16 @@ def _train_step(graphdef, cfg: LearnerConfig, rest, params, opt_state, mb):
                             ref_logp=x.get("ref_logp"), entropy=ent)
     return sums["objective"] / jnp.maximum(denom, 1e-8), sums
 
-  grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
+  grad_fn = jax.vmap(jax.value_and_grad(micro_loss, has_aux=True), in_axes=(None, 0))
 
   def body(acc, x):
     (_, sums), g = grad_fn(params, x)
-    return jax.tree.map(jnp.add, acc, (g, sums)), None
+    return per_group(jax.tree.map(jnp.add, acc, (g, sums))), None
 
-  zero_sums = jax.eval_shape(lambda: micro_loss(params, jax.tree.map(lambda v: v[0], mb))[1])
-  init = (jax.tree.map(jnp.zeros_like, params), jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zero_sums))
+  shapes = jax.eval_shape(lambda: grad_fn(params, jax.tree.map(lambda v: v[0], mb)))
+  init = per_group(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), (shapes[1], shapes[0][1])))
   (grads, sums), _ = jax.lax.scan(body, init, mb)
+  grads, sums = jax.tree.map(lambda x: x.sum(0), (grads, sums))  # the one `data` all-reduce of the step
   tx = make_optimizer(cfg.optim)
   updates, new_opt = tx.update(grads, opt_state, params)
   new_params = optax.apply_updates(params, updates)
