@@ -4,8 +4,9 @@ One rollout batch of N trajectories is trained for `epochs` passes of `mini_batc
 the importance ratio moves away from 1 and the clip bounds can bind, unlike the reference's single step on the
 data its old log-probs came from, §5.10). A mini-batch is laid out on the host as `[A, M, T]` (A accumulation
 steps of M sequences, M sharded over `data`×`fsdp`); the jitted step computes the mini-batch's loss
-denominator first, then `lax.scan`s over the A micro-batches summing `objective / denominator` gradients, so
-the result is the exact gradient of the whole-mini-batch token mean. A step whose gradients are not finite is
+denominator first, then `lax.scan`s over the A micro-batches summing `objective / denominator` gradients (per
+`data` group, so the cross-host all-reduce happens once per step), so the result is the exact gradient of the
+whole-mini-batch token mean. A step whose gradients are not finite is
 skipped (optax.apply_if_finite) and counted. The parameter arrays live in the Decoder passed in: after each
 update they are written back into it with `nnx.update`, so the sampler decodes with them without a copy
 (the step donates the old arrays: build the Sampler after an update, as `m3jax.rl.program` does per rollout).
