@@ -74,3 +74,30 @@ def test_a_failing_batch_is_rerun_per_video_so_the_error_reaches_its_video():
   good, bad = run_lockstep(jobs, models, 2, stats=stats)
   assert good == [[2.0], [1.0]] and isinstance(bad, TypeError)
   assert (stats.calls["text"], stats.requests["text"]) == (1, 2)
+
+
+def test_ctrl_c_stops_every_video_at_its_next_model_call():
+  """A KeyboardInterrupt (here raised inside one video) reaches every other live video at the call it is parked
+  at, so each rolls back as it would alone, and then leaves run_lockstep; a video not yet started never starts."""
+  from m3jax.agent.lockstep import run_lockstep
+  from m3jax.agent.perceive import PerceptionModels
+
+  models = PerceptionModels(faces=None, vad=None, encoder=None, asr=None,
+                            text=lambda texts: np.zeros((len(texts), 1), np.float32))
+  seen = []
+
+  def interrupted(b):
+    b.models.text(["a"])
+    raise KeyboardInterrupt
+
+  def parked(b):
+    try:
+      while True:
+        b.models.text(["b"])
+    except KeyboardInterrupt:
+      seen.append("parked")
+      raise
+
+  with pytest.raises(KeyboardInterrupt):
+    run_lockstep([interrupted, parked, lambda b: seen.append("started")], models, 2)
+  assert seen == ["parked"]
