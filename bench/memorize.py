@@ -38,8 +38,8 @@ from m3jax.data.episodes import QUESTION_TYPES, EpisodeConfig, make_episode  # n
 
 
 def lockstep_clips_per_s(videos: list[pathlib.Path], root: pathlib.Path, config: MemorizeConfig, models,
-                         in_flight: int, max_clips: int | None = None) -> tuple[float, str]:
-  """clips/s memorizing `videos` into root/<stem>, `in_flight` at a time, and the videos per batched call."""
+                         in_flight: int, max_clips: int | None = None):
+  """clips/s memorizing `videos` into root/<stem>, `in_flight` at a time, and the `LockstepStats`."""
   from m3jax.agent.lockstep import LockstepStats, run_lockstep
   jobs = [lambda b, v=v: Memorizer(root / v.stem, config, models=b.models).memorize(v, max_clips=max_clips,
                                                                                    progress=False) for v in videos]
@@ -50,7 +50,7 @@ def lockstep_clips_per_s(videos: list[pathlib.Path], root: pathlib.Path, config:
   for r in reports:
     if isinstance(r, BaseException):
       raise r
-  return sum(len(r.clips_done) for r in reports) / wall, stats.summary()
+  return sum(len(r.clips_done) for r in reports) / wall, stats
 
 
 def bench_videos(args, out: pathlib.Path) -> None:
@@ -68,9 +68,10 @@ def bench_videos(args, out: pathlib.Path) -> None:
   shutil.rmtree(out / "memory", ignore_errors=True)
   for n in (1, args.videos):
     lockstep_clips_per_s(videos, out / "memory" / f"warm{n}", config, models, n, max_clips=1)
-  alone, _ = lockstep_clips_per_s(videos, out / "memory" / "alone", config, models, 1)
-  together, per_call = lockstep_clips_per_s(videos, out / "memory" / "lockstep", config, models, args.videos)
-  print(f"videos per batched call: {per_call}; load {os.getloadavg()[0]:.1f}")
+  alone, one = lockstep_clips_per_s(videos, out / "memory" / "alone", config, models, 1)
+  together, many = lockstep_clips_per_s(videos, out / "memory" / "lockstep", config, models, args.videos)
+  print(f"model seconds one by one: {one.times()}\nmodel seconds in lock-step: {many.times()} (videos per call: "
+        f"{many.summary()}); load {os.getloadavg()[0]:.1f}")
   print(f"RESULT clips_per_s_alone={alone:.3f} clips_per_s_lockstep={together:.3f} speedup={together / alone:.2f} "
         f"videos={args.videos} clips={args.clips} clip_seconds={args.clip_seconds} fps={args.fps}")
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import threading
+import time
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -182,12 +183,17 @@ def run_batch(model: str, key: Any, inputs: list[Any], models: PerceptionModels,
 
 @dataclasses.dataclass
 class LockstepStats:
-  """What batching achieved: per model, the number of batched calls and of video requests they served."""
+  """What batching achieved: per model, the number of batched calls, of video requests they served, and the
+  seconds they took (the rest of the wall time is each video's own work: decoding, clustering, graph, saving)."""
   calls: collections.Counter = dataclasses.field(default_factory=collections.Counter)
   requests: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+  seconds: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
   def summary(self) -> str:
     return ", ".join(f"{m} {self.requests[m] / self.calls[m]:.1f}" for m in sorted(self.calls))
+
+  def times(self) -> str:
+    return ", ".join(f"{m} {self.seconds[m]:.1f}s" for m in sorted(self.calls))
 
 
 def run_lockstep(jobs: Sequence[Callable[[Batched], Any]], models: PerceptionModels, in_flight: int,
@@ -238,6 +244,7 @@ def _answer(model: str, key: Any, workers: list[_Worker], models: PerceptionMode
             stats: LockstepStats) -> None:
   stats.calls[model] += 1
   stats.requests[model] += len(workers)
+  start = time.perf_counter()
   try:
     replies = run_batch(model, key, [w.request[2] for w in workers], models, complete)
   except Exception:  # noqa: BLE001 - one video's bad input: find whose, alone
@@ -247,5 +254,6 @@ def _answer(model: str, key: Any, workers: list[_Worker], models: PerceptionMode
         replies.append(run_batch(model, key, [w.request[2]], models, complete)[0])
       except Exception as e:  # noqa: BLE001 - raised in that video's thread, at its call
         replies.append(_Failed(e))
+  stats.seconds[model] += time.perf_counter() - start
   for w, reply in zip(workers, replies):
     w.reply, w.answered = reply, True
