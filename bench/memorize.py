@@ -2,6 +2,7 @@
 
   python bench/memorize.py                         # 20 clips = a 10-minute episode, 3 people
   python bench/memorize.py --clips 4 --fps 0.25    # what fits a busy 2-core machine
+  python bench/memorize.py --videos 4 --clips 2 --clip-seconds 12   # clips/s: one by one vs in lock-step
 
 The episode (video + script + questions) is generated first and not timed; models load once before timing.
 The real-time factor is media seconds / memorization wall seconds (decode, perception, writing, insertion,
@@ -9,11 +10,17 @@ checkpoints). Identity scores compare every face and speech observation's predic
 equivalences) with the script's. QA uses the deterministic rule-based answerer through the search tools
 (`--llm` adds the SmolLM2-135M controller), judged by containment of the ground truth. There is no competitor
 run: the reference pipeline needs insightface, ERes2NetV2, Gemini and a 7B omni model, none of which are here.
+
+With `--videos N`, N episodes (seeds seed..seed+N-1) are memorized twice through `m3jax.agent.lockstep`, one
+video at a time and all N in lock-step with their model calls batched (`m3jax memorize --videos`), after an
+untimed warm-up of one clip each way (compilation); it prints the CPU model and load and
+RESULT clips_per_s_alone=... clips_per_s_lockstep=... speedup=... (speed claims need a quiet machine).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import pathlib
 import shutil
 import sys
@@ -30,6 +37,45 @@ from m3jax.data.episode_render import render_episode  # noqa: E402
 from m3jax.data.episodes import QUESTION_TYPES, EpisodeConfig, make_episode  # noqa: E402
 
 
+def lockstep_clips_per_s(videos: list[pathlib.Path], root: pathlib.Path, config: MemorizeConfig, models,
+                         in_flight: int, max_clips: int | None = None):
+  """clips/s memorizing `videos` into root/<stem>, `in_flight` at a time, and the `LockstepStats`."""
+  from m3jax.agent.lockstep import LockstepStats, run_lockstep
+  jobs = [lambda b, v=v: Memorizer(root / v.stem, config, models=b.models).memorize(v, max_clips=max_clips,
+                                                                                   progress=False) for v in videos]
+  stats = LockstepStats()
+  t = time.perf_counter()
+  reports = run_lockstep(jobs, models, in_flight, stats=stats)
+  wall = time.perf_counter() - t
+  for r in reports:
+    if isinstance(r, BaseException):
+      raise r
+  return sum(len(r.clips_done) for r in reports) / wall, stats
+
+
+def bench_videos(args, out: pathlib.Path) -> None:
+  import subprocess
+  model = next((line.split(":", 1)[1].strip() for line in subprocess.run(
+      ["lscpu"], capture_output=True, text=True).stdout.splitlines() if line.startswith("Model name")), "unknown")
+  print(f"cpu: {model}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
+  videos = [render_episode(make_episode(EpisodeConfig(seed=args.seed + k, num_clips=args.clips,
+                                                      num_characters=args.characters, clip_seconds=args.clip_seconds,
+                                                      utterances_per_clip=(1, 2))), out / f"v{k}")["video"]
+            for k in range(args.videos)]
+  config = MemorizeConfig(clip_seconds=args.clip_seconds,
+                          perception=PerceptionConfig(face_fps=args.fps, split_speakers=args.split_speakers))
+  models = PerceptionModels.load()
+  shutil.rmtree(out / "memory", ignore_errors=True)
+  for n in (1, args.videos):
+    lockstep_clips_per_s(videos, out / "memory" / f"warm{n}", config, models, n, max_clips=1)
+  alone, one = lockstep_clips_per_s(videos, out / "memory" / "alone", config, models, 1)
+  together, many = lockstep_clips_per_s(videos, out / "memory" / "lockstep", config, models, args.videos)
+  print(f"model seconds one by one: {one.times()}\nmodel seconds in lock-step: {many.times()} (videos per call: "
+        f"{many.summary()}); load {os.getloadavg()[0]:.1f}")
+  print(f"RESULT clips_per_s_alone={alone:.3f} clips_per_s_lockstep={together:.3f} speedup={together / alone:.2f} "
+        f"videos={args.videos} clips={args.clips} clip_seconds={args.clip_seconds} fps={args.fps}")
+
+
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--clips", type=int, default=20)
@@ -39,10 +85,15 @@ def main() -> None:
   ap.add_argument("--split-speakers", action="store_true", help="look for speaker changes inside VAD spans")
   ap.add_argument("--llm", action="store_true", help="also answer with the SmolLM2-135M controller")
   ap.add_argument("--out", default=None, help="keep the episode and memory here (default: a temp dir)")
+  ap.add_argument("--videos", type=int, default=0, help="N > 1: clips/s of N episodes alone vs in lock-step")
+  ap.add_argument("--clip-seconds", type=float, default=30.0)
   args = ap.parse_args()
 
   out = pathlib.Path(args.out or tempfile.mkdtemp(prefix="m3jax_bench_"))
-  ep = make_episode(EpisodeConfig(seed=args.seed, num_clips=args.clips, num_characters=args.characters))
+  if args.videos:
+    return bench_videos(args, out)
+  ep = make_episode(EpisodeConfig(seed=args.seed, num_clips=args.clips, num_characters=args.characters,
+                                  clip_seconds=args.clip_seconds))
   t = time.perf_counter()
   paths = render_episode(ep, out)
   print(f"episode: {args.clips} clips, {args.characters} people, {len(ep.qa_list)} questions; rendered in "
@@ -50,7 +101,8 @@ def main() -> None:
   t = time.perf_counter()
   models = PerceptionModels.load()
   print(f"models loaded in {time.perf_counter() - t:.1f} s")
-  config = MemorizeConfig(perception=PerceptionConfig(face_fps=args.fps, split_speakers=args.split_speakers))
+  config = MemorizeConfig(clip_seconds=args.clip_seconds,
+                          perception=PerceptionConfig(face_fps=args.fps, split_speakers=args.split_speakers))
   mem = out / "memory"
   shutil.rmtree(mem, ignore_errors=True)
   report = Memorizer(mem, config, models=models).memorize(paths["video"], progress=True)

@@ -1,9 +1,16 @@
 """Overhead of the distributed runtime: the RL learner step on 1 process x 8 CPU devices vs 2 processes x 4.
 
-  python bench/multihost.py [--rounds 3] [--steps 5] [--rows 16] [--seq 64] [--hidden 64] [--layers 2]
+  python bench/multihost.py [--rounds 3] [--steps 5] [--rows 32] [--seq 128] [--hidden 128] [--layers 4]
+                            [--micro-batch 8]
 
-Both sides run the same jitted DAPO update (`Learner.update`, one optimizer step on a `rows` x `seq` batch,
-mesh data=2 x fsdp=2 x tensor=2) on a random tiny Decoder. The 2-process side joins through
+Both sides run the same jitted DAPO update (`Learner.update`, one optimizer step on a `rows` x `seq` batch in
+micro-batches of `micro-batch` rows, mesh data=2 x fsdp=2 x tensor=2) on a random small Decoder.
+The default sizes make a step that accumulates gradients over micro-batches as the RL configs do (4 here;
+configs/rl_smollm2.py: 4 rows each) and whose compute outweighs the fixed cost of a collective: at the earlier
+16 x 64 rows on a 64-wide 2-layer model, a step was a few ms of compute against ~65 collectives per step,
+each a gloo round trip between the processes, so the ratio measured latency, not a training step (a real
+step has ~100x more FLOPs per gradient byte still). They stay small enough for a 2-core machine (a step of
+~1-2 s there under load; `--rounds 2 --steps 3` takes ~10 minutes). The 2-process side joins through
 `m3jax.distributed` (coordinator on a free local port, gloo collectives between the processes); each process
 feeds its rows with `jax.make_array_from_process_local_data`. Each round starts the 1-process run and then
 the 2-process run (interleaved, so drifting machine load hits both alike); each run times `steps` updates after a
@@ -42,7 +49,8 @@ def child(args) -> None:
   cfg = DecoderConfig(vocab_size=512, hidden_size=args.hidden, intermediate_size=2 * args.hidden,
                       num_layers=args.layers, num_heads=4, num_kv_heads=2, head_dim=args.hidden // 4,
                       tie_embeddings=True)
-  lcfg = learner_lib.LearnerConfig(optim=learner_lib.OptimConfig(lr=1e-4), seq_chunk=args.seq, vocab_chunk=512)
+  lcfg = learner_lib.LearnerConfig(optim=learner_lib.OptimConfig(lr=1e-4), seq_chunk=args.seq, vocab_chunk=512,
+                                   micro_batch=args.micro_batch)
   learner = learner_lib.Learner(Decoder(cfg, rngs=nnx.Rngs(0)), lcfg, mesh=distributed.global_mesh(2, 2, 2))
   rng = np.random.default_rng(0)
   n, t = args.rows, args.seq
@@ -66,7 +74,8 @@ def run(nproc: int, args, timeout: float = 600) -> float:
   import portpicker
   port = portpicker.pick_unused_port() if nproc > 1 else 0
   env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={8 // nproc}", PYTHONPATH=str(ROOT))
-  flags = [f"--{k}={getattr(args, k)}" for k in ("steps", "rows", "seq", "hidden", "layers")]
+  flags = [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in ("steps", "rows", "seq", "hidden", "layers",
+                                                                    "micro_batch")]
   procs = [subprocess.Popen([sys.executable, __file__, "--child", f"--nproc={nproc}", f"--pid={pid}",
                              f"--port={port}", *flags], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             text=True, start_new_session=True) for pid in range(nproc)]
@@ -89,10 +98,11 @@ def main() -> None:
   ap = argparse.ArgumentParser()
   ap.add_argument("--rounds", type=int, default=3)
   ap.add_argument("--steps", type=int, default=5)
-  ap.add_argument("--rows", type=int, default=16)
-  ap.add_argument("--seq", type=int, default=64)
-  ap.add_argument("--hidden", type=int, default=64)
-  ap.add_argument("--layers", type=int, default=2)
+  ap.add_argument("--rows", type=int, default=32)
+  ap.add_argument("--seq", type=int, default=128)
+  ap.add_argument("--hidden", type=int, default=128)
+  ap.add_argument("--layers", type=int, default=4)
+  ap.add_argument("--micro-batch", type=int, default=8, help="rows per accumulation step (0: the whole batch)")
   ap.add_argument("--child", action="store_true")
   ap.add_argument("--nproc", type=int, default=1)
   ap.add_argument("--pid", type=int, default=0)

@@ -25,7 +25,7 @@ import sys
 from typing import Callable, Sequence
 
 from m3jax.config import add_config_args, apply_overrides, load_config
-from m3jax.errors import Interrupted, UserError, run_cli
+from m3jax.errors import Interrupted, UserError, one_line, run_cli
 from m3jax.host_memory import retain_freed_memory
 
 
@@ -88,20 +88,27 @@ def list_videos(spec: str) -> list[pathlib.Path]:
   return videos
 
 
-def _memorize_one(memorizer, video, memory, args) -> None:
-  from m3jax.agent.memorize import read_manifest
-
-  try:
-    report = memorizer.memorize(video, append=args.append, max_clips=args.max_clips, progress=not args.no_progress)
-  except KeyboardInterrupt:
-    manifest = read_manifest(memory)
-    done = f"clips up to {manifest['next_clip'] - 1}" if manifest and manifest["next_clip"] else "no clip yet"
-    raise Interrupted(f"{done} memorized into {memory}; re-run the same command to resume") from None
+def _print_report(report) -> None:
   print(f"memorized clips {report.clips_done[:1] + report.clips_done[-1:] if report.clips_done else 'none new'} "
         f"({report.clips_skipped} already in memory) into {report.memory_dir}; next clip {report.next_clip}")
   print(f"{report.media_seconds:.0f} s of media in {report.wall_seconds:.1f} s "
         f"(real-time factor {report.realtime_factor:.2f}); per stage: "
         + ", ".join(f"{k} {v:.1f}s" for k, v in report.timings.items()))
+
+
+def _done_so_far(memory) -> str:
+  from m3jax.agent.memorize import read_manifest
+
+  manifest = read_manifest(memory)
+  return f"clips up to {manifest['next_clip'] - 1}" if manifest and manifest["next_clip"] else "no clip yet"
+
+
+def _memorize_one(memorizer, video, memory, args) -> None:
+  try:
+    report = memorizer.memorize(video, append=args.append, max_clips=args.max_clips, progress=not args.no_progress)
+  except KeyboardInterrupt:
+    raise Interrupted(f"{_done_so_far(memory)} memorized into {memory}; re-run the same command to resume") from None
+  _print_report(report)
 
 
 def run_memorize(args) -> int:
@@ -119,27 +126,61 @@ def run_memorize(args) -> int:
 
 
 def _memorize_many(videos: list[pathlib.Path], root: pathlib.Path, config, args) -> int:
-  """This process's contiguous share of `videos`, each into root/<stem>, one after another with the perception
-  models loaded once (a writer is built per directory: its state belongs to that memory). Process 0 then
-  reports what every process memorized (a collective: a failed process fails the others' exit)."""
+  """This process's contiguous share of `videos`, each into root/<stem>, up to `config.videos_in_flight` at a
+  time in lock-step with their model calls batched (`m3jax.agent.lockstep`; the perception models and an llm
+  writer's LLM load once, each video gets its own writer: its state belongs to that memory). A video that fails
+  (bad media, a refused directory) gets its one-line error and the others go on; the exit status is then 2.
+  Process 0 then reports what every process memorized (a collective: a failed process fails the others' exit)."""
   import jax
 
   from m3jax import distributed
-  from m3jax.agent.memorize import Memorizer
+  from m3jax.agent.lockstep import LockstepStats, run_lockstep
+  from m3jax.agent.memorize import Memorizer, config_writer
   from m3jax.agent.perceive import PerceptionModels
+  from m3jax.agent.writers import LLMWriter
 
   distributed.initialize(config.distributed)  # before any JAX computation
   mine = distributed.shard(videos)
   print(f"process {jax.process_index()} of {jax.process_count()}: {len(mine)} of {len(videos)} videos")
   models = PerceptionModels.load(config.perception.face_upsample) if mine else None
-  for video in mine:
-    memory = root / video.stem
-    _memorize_one(Memorizer(memory, config, models=models), video, memory, args)
-  done = distributed.gather_bytes(json.dumps([v.stem for v in mine]).encode())
+  shared = config_writer(config) if mine and config.writer == "llm" else None  # one LLM for every video
+  # the omni writer holds a 7B thinker per writer, and its calls are not batched: one video at a time
+  in_flight = 1 if config.writer == "omni" else config.videos_in_flight
+
+  def job(video):
+    def memorize(batched):
+      writer = (LLMWriter(batched.complete, shared.max_retries, instruction=shared.instruction) if shared
+                else None)
+      memorizer = Memorizer(root / video.stem, config, writer=writer, models=batched.models)
+      report = memorizer.memorize(video, append=args.append, max_clips=args.max_clips,
+                                  progress=not args.no_progress and in_flight == 1)
+      _print_report(report)
+      return report
+    return memorize
+
+  stats = LockstepStats()
+  try:
+    outcomes = run_lockstep([job(v) for v in mine], models, in_flight, shared.complete if shared else None, stats)
+  except KeyboardInterrupt:
+    raise Interrupted("; ".join(f"{v.stem}: {_done_so_far(root / v.stem)}" for v in mine if (root / v.stem).exists())
+                      + "; re-run the same command to resume") from None
+  failed = []
+  for video, outcome in zip(mine, outcomes):
+    if isinstance(outcome, (UserError, ValueError, OSError)):
+      print(f"m3jax: error: {video}: {one_line(outcome)}", file=sys.stderr)
+      failed.append(video.stem)
+    elif isinstance(outcome, BaseException):
+      raise outcome
+  if len(mine) > 1 and stats.calls:
+    print(f"videos per batched call: {stats.summary()}")
+  done = distributed.gather_bytes(json.dumps({"done": [v.stem for v in mine if v.stem not in failed],
+                                              "failed": failed}).encode())
   if jax.process_index() == 0:
-    stems = [s for share in done for s in json.loads(share)]
-    print(f"memorized {len(stems)} videos into {root} on {len(done)} process(es)")
-  return 0
+    shares = [json.loads(share) for share in done]
+    stems, bad = [s for sh in shares for s in sh["done"]], [s for sh in shares for s in sh["failed"]]
+    print(f"memorized {len(stems)} videos into {root} on {len(done)} process(es)"
+          + (f"; {len(bad)} failed: {', '.join(bad)}" if bad else ""))
+  return 2 if failed else 0
 
 
 # ----------------------------------------------------------------------------------------------------- ask

@@ -79,12 +79,18 @@ class MemorizeConfig:
   # a pod's start-up for `m3jax memorize --videos` (each process memorizes its share of the videos); it does not
   # shape memories, so it is not among the recorded settings
   distributed: DistributedConfig = DistributedConfig()
+  # `m3jax memorize --videos`: how many of a process's videos run in lock-step, their model calls batched
+  # (m3jax.agent.lockstep); more gives bigger batches and more memory (frames and audio of one clip per video).
+  # It shapes no memory (rows agree to float rounding), so it is not a recorded setting either
+  videos_in_flight: int = 8
 
   def __post_init__(self):
     if self.clip_seconds <= 0 or self.min_clip_seconds < 0:
       raise ValueError(f"clip_seconds must be > 0 and min_clip_seconds >= 0: {self}")
     if self.snapshot_every < 1:
       raise ValueError(f"snapshot_every must be >= 1, got {self.snapshot_every}")
+    if self.videos_in_flight < 1:
+      raise ValueError(f"videos_in_flight must be >= 1, got {self.videos_in_flight}")
     if self.writer not in ("template", "llm", "omni"):
       raise ValueError(f"writer must be template, llm or omni, got {self.writer!r}")
     if self.writer_adapter is not None and self.writer != "llm":

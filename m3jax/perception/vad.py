@@ -41,6 +41,7 @@ class SileroVAD:
     self.params = params
     self.config = config
     self._probs = jax.jit(S.speech_probs)
+    self._probs_rows = jax.jit(jax.vmap(S.speech_probs, in_axes=(None, 0)))
 
   @classmethod
   def load(cls, path: str | None = None, config: VADConfig = VADConfig()) -> "SileroVAD":
@@ -56,6 +57,19 @@ class SileroVAD:
     padded = np.zeros(bucket * S.CHUNK, np.float32)
     padded[:audio_16k.size] = audio_16k
     return np.asarray(self._probs(self.params, padded))[:n]
+
+  def probs_batch(self, audios: list[np.ndarray]) -> list[Float[np.ndarray, "N"]]:
+    """`probs` of several clips in one call (several videos' clips memorized in lock-step): the clips are
+    zero-padded to the longest one's chunk bucket (the model is causal, so a clip's probabilities do not see the
+    padding) and the rows to a power of two, so few shapes compile."""
+    audios = [A.check_audio(a) for a in audios]
+    counts = [-(-a.size // S.CHUNK) for a in audios]
+    bucket = max(MIN_CHUNK_BUCKET, 1 << (max(counts, default=1) - 1).bit_length())
+    padded = np.zeros((1 << (len(audios) - 1).bit_length(), bucket * S.CHUNK), np.float32)
+    for row, a in zip(padded, audios):
+      row[:a.size] = a
+    probs = np.asarray(self._probs_rows(self.params, padded))
+    return [probs[k, :n] for k, n in enumerate(counts)]
 
   def speech_spans(self, audio: np.ndarray, sr: int) -> list[tuple[int, int]]:
     """Speech spans as (start, end) sample indices at 16 kHz."""
