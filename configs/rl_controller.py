@@ -12,6 +12,13 @@ answerer reads that setting from the adapter. Training graphs come from episode 
 
 Measured on an AMD EPYC (2 cores, shared, load 8-18), not yet good enough to ship:
 - a warm-start step (16 expert trajectories, ~9k tokens padded to T=1024-1152) takes 108-214 s;
+- length_bucket=256 (2-row micro-batches of rows sorted by length, each cut to its own multiple of 256): on the
+  first warm-start batch (16 rows, 11,381 real tokens, T=1152) 14,080 positions computed instead of 18,432; its
+  first update, compiles included, took 516 s wall / 218 s CPU (3 widths) vs 771 s / 238 s unbucketed (1
+  width), same loss, interleaved in one process at load 6.8-9.2 (a training run had priority); steady-state
+  steps were not measured;
+- learner.compute_dtype="bfloat16" is not faster here: a 2x256-token LoRA update took 6.05-6.26 s CPU vs
+  5.73-6.19 s in float32 (load 10-12), so it stays off;
 - 24 warm-start steps: held-out greedy accuracy 0.417 on 24 questions (seeds 1,000,000+; the rules answerer
   scores 0.479 on 96); that run then died in an XLA compile (LLVM "Cannot allocate memory": vm.max_map_count
   65530 was exhausted; raise it, e.g. `sysctl -w vm.max_map_count=1048576`, for long CPU runs);
