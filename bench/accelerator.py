@@ -346,8 +346,9 @@ def main() -> None:
   print(f"device: {hw['kind']} ({jax.device_count()} device(s), benchmarking one); bandwidth measured "
         f"{hw['bw'] / 1e9:.0f} GB/s (copy {hw['bw_copy'] / 1e9:.0f}, reduction {hw['bw_sum'] / 1e9:.0f}; table "
         f"{table}); peak bf16 {hw['peak'] / 1e12:.1f} TFLOP/s ({hw['peak_source']})", flush=True)
-  result = {"device": hw["kind"].replace(" ", "_"), "bw_gbs": f"{hw['bw'] / 1e9:.0f}",
-            "bw_source": "measured", "peak_tflops": f"{hw['peak'] / 1e12:.1f}",
+  # significant digits, not fixed decimals: a tiny run on a busy CPU must not print a measured rate as 0
+  result = {"device": hw["kind"].replace(" ", "_"), "bw_gbs": f"{hw['bw'] / 1e9:.3g}",
+            "bw_source": "measured", "peak_tflops": f"{hw['peak'] / 1e12:.3g}",
             "peak_source": "table" if hw["peak_source"] == "table" else "measured"}
   for section in ("decode", "sft", "rl", "memorize"):
     if section in skip:
@@ -357,14 +358,14 @@ def main() -> None:
       for name in ("qwen3-0.6b", "qwen3-1.7b"):
         for batch, r in decode(name, sz, hw).items():
           key = name.replace("qwen3-", "").replace(".", "")
-          result[f"decode_{key}_b{batch}_tok_s"] = f"{r['tok_s']:.1f}"
-          result[f"decode_{key}_b{batch}_frac"] = f"{r['frac']:.3f}"
+          result[f"decode_{key}_b{batch}_tok_s"] = f"{r['tok_s']:.4g}"
+          result[f"decode_{key}_b{batch}_frac"] = f"{r['frac']:.3g}"
     elif section == "sft":
-      result["sft_mfu"] = f"{sft_mfu(sz, hw):.3f}"
+      result["sft_mfu"] = f"{sft_mfu(sz, hw):.3g}"
     elif section == "rl":
-      result["rl_mfu"] = f"{rl_mfu(sz, hw):.3f}"
+      result["rl_mfu"] = f"{rl_mfu(sz, hw):.3g}"
     else:
-      result["memorize_clips_s"] = f"{memorize_clips_s(sz):.3f}"
+      result["memorize_clips_s"] = f"{memorize_clips_s(sz):.3g}"
     print(f"({section}: {time.perf_counter() - t:.0f} s with compilation)", flush=True)
   result["seconds"] = f"{time.perf_counter() - start:.0f}"
   print("RESULT " + " ".join(f"{k}={v}" for k, v in result.items()))
