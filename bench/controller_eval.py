@@ -14,8 +14,10 @@ its own questions. Every answerer is judged by the same two judges: `contains` (
 accepts against NOT_IN_MEMORY; it is correct on an unanswerable question and a false decline on an answerable
 one. Per answerer: accuracy overall and per type, declines, rounds / searches / format errors and seconds per
 question. The rules answerer has no rounds: it counts the searches it runs.
-Final line: RESULT trained=… rules=… untrained=… n=… trained_llm_judge=… rules_llm_judge=… demo_trained=…
-demo_rules=… (NA where an answerer did not run).
+Final line: RESULT trained=… rules=… untrained=… n=… trained_llm_judge=… rules_llm_judge=…
+llm_judge_false_accept=… demo_trained=… demo_rules=… (NA where an answerer did not run). The llm judge's
+false-acceptance rate (mismatched answer/truth pairs it accepts, see `score`) says how far its column can be
+trusted: the embedded 135M judge accepted every answer of both answerers.
 """
 
 from __future__ import annotations
@@ -84,15 +86,24 @@ def run_answerer(kind: str, graphs, records, embed, base: str, adapter: str | No
 
 
 def score(records, answers, llm_judge) -> dict:
+  """Both judges. The llm judge is also asked about mismatched pairs (each answer against the next question's
+  truth, where the `contains` judge rejects it): the share it accepts there is its false-acceptance rate, so a
+  judge that says "yes" to everything shows as such instead of as a high accuracy."""
   out = score_answers(JUDGE, records, answers)
   if llm_judge is not None:
     verdicts = llm_judge.judge([JudgeItem(r.question, r.answer, a) for r, a in zip(records, answers)])
     out["llm_judge"] = sum(v.correct for v in verdicts) / len(records)
+    shifted = [JudgeItem(r.question, r.answer, answers[(i + 1) % len(records)]) for i, r in enumerate(records)]
+    wrong = [item for item, v in zip(shifted, JUDGE.judge(shifted)) if not v.correct]
+    if wrong:
+      out["llm_judge_false_accept"] = sum(v.correct for v in llm_judge.judge(wrong)) / len(wrong)
   return out
 
 
 def report(kind: str, s: dict, records, answers) -> None:
   llm = f", llm judge {s['llm_judge']:.3f}" if "llm_judge" in s else ""
+  if "llm_judge_false_accept" in s:
+    llm += f" (it accepts {s['llm_judge_false_accept']:.3f} of mismatched answers)"
   print(f"[{kind}] accuracy {s['accuracy']:.3f}{llm}; correct declines {s['correct_declines'][0]}/"
         f"{s['correct_declines'][1]}, false declines {s['false_declines'][0]}/{s['false_declines'][1]}; per question: "
         f"{s['rounds']:.2f} rounds, {s['searches']:.2f} searches, {s['format_errors']:.2f} format errors, "
@@ -180,7 +191,8 @@ def main() -> None:
     return f"{results[task, kind][key]:.3f}" if (task, kind) in results and key in results[task, kind] else "NA"
   print(f"RESULT trained={fmt('heldout', 'trained')} rules={fmt('heldout', 'rules')} "
         f"untrained={fmt('heldout', 'untrained')} n={n} trained_llm_judge={fmt('heldout', 'trained', 'llm_judge')} "
-        f"rules_llm_judge={fmt('heldout', 'rules', 'llm_judge')} demo_trained={fmt('demo', 'trained')} "
+        f"rules_llm_judge={fmt('heldout', 'rules', 'llm_judge')} "
+        f"llm_judge_false_accept={fmt('heldout', 'rules', 'llm_judge_false_accept')} demo_trained={fmt('demo', 'trained')} "
         f"demo_rules={fmt('demo', 'rules')} demo_untrained={fmt('demo', 'untrained')}")
 
 
