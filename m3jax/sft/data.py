@@ -126,7 +126,8 @@ class BatchSpec:
   length_buckets: tuple[int, ...]  # sequence lengths padded to (multiples of the loss chunk)
 
 
-def _bucket(n: int, buckets: Sequence[int]) -> int:
+def length_bucket(n: int, buckets: Sequence[int]) -> int:
+  """The smallest of the ascending `buckets` that holds `n` tokens (shared by the Omni and the text SFT data)."""
   for b in buckets:
     if n <= b:
       return b
@@ -167,5 +168,5 @@ def batches(source, cfg: ThinkerConfig, prompt: str, tok: TextTokenizer, chat: C
   ds = ds.map(lambda rec: encode_example(to_example(rec), prompt, tok, chat, proc))
 
   def build(rows: Sequence[EncodedExample]) -> Batch:
-    return collate(cfg, rows, _bucket(max(len(r.ids) for r in rows), spec.length_buckets), spec.batch)
+    return collate(cfg, rows, length_bucket(max(len(r.ids) for r in rows), spec.length_buckets), spec.batch)
   return ShardedBatches(ds, spec.batch, build, drop_remainder=seed is not None)

@@ -43,7 +43,7 @@ from m3jax.agent.writers import CONTRACT_KEYS, TemplateWriter, clip_prompt
 from m3jax.data.episode_render import render_episode
 from m3jax.data.episodes import Episode, EpisodeConfig, fact_values, make_episode, utterance_fact
 from m3jax.memory import journal
-from m3jax.sft.data import ShardedBatches
+from m3jax.sft.data import ShardedBatches, length_bucket
 from m3jax.sft.loss import TextBatch
 
 Source = Callable[[], Iterator[tuple[str, dict[str, str]]]]  # (key, {"observation": JSON, "target": reply})
@@ -184,16 +184,9 @@ def encode_pair(rec: Mapping, tokenizer, instruction: str) -> tuple[np.ndarray, 
           np.asarray([False] * len(prompt) + [True] * len(reply), bool))
 
 
-def _bucket(n: int, buckets: Sequence[int]) -> int:
-  for b in buckets:
-    if n <= b:
-      return b
-  raise ValueError(f"example of {n} tokens exceeds the largest length bucket {buckets[-1]}")
-
-
 def collate_text(rows: Sequence[tuple[np.ndarray, np.ndarray]], batch: int, buckets: Sequence[int]) -> TextBatch:
   """Right-padded [batch, bucket] arrays; labels[b, t] = ids[b, t + 1], weighted where that token is a target."""
-  length = _bucket(max(len(ids) for ids, _ in rows), buckets)
+  length = length_bucket(max(len(ids) for ids, _ in rows), buckets)
   ids = np.zeros((batch, length), np.int32)
   lengths = np.ones(batch, np.int32)  # a pad row keeps one (unweighted) token for the attention softmax
   labels = np.zeros((batch, length), np.int32)
