@@ -2,7 +2,7 @@
 
   python bench/controller_eval.py                        # 96 held-out questions + the demo's perception-built
                                                          # memory; rules and untrained
-  python bench/controller_eval.py --n 16 --answerers rules,untrained --no-demo
+  python bench/controller_eval.py --n 16 --answerers rules,untrained --tasks heldout
   python bench/controller_eval.py --adapter runs/rl_controller/adapter.npz   # another trained adapter
 
 Questions come from held-out episodes only (seeds >= HELDOUT_SEED_START: unseen graphs, the held-out phrasings
@@ -62,7 +62,7 @@ class CountingSearcher:
     return self.inner.search(requests)
 
 
-def run_answerer(kind: str, graphs, records, embed, base: str, adapter: str | None):
+def run_answerer(kind: str, graphs, records, embed, base: str, adapter: str | None, chunk: int = 24):
   from m3jax.agent.demo import make_answerer
 
   questions = [Question(r.question_id, r.question, r.answer, r.memory_id, before_clip=r.before_clip,
@@ -75,9 +75,11 @@ def run_answerer(kind: str, graphs, records, embed, base: str, adapter: str | No
     answers = answerer.answer(questions)
     stats = {"rounds": 1.0, "searches": (answerer.searcher.requests + answerer.names_searcher.requests) / len(records),
              "format_errors": 0.0}
-  else:
-    answers = answerer.answer(questions)
-    trajs = answerer.trajectories
+  else:  # in chunks: a batch's KV cache grows with rows x context (96 prompted 5-round rows took 14 GB)
+    answers, trajs = [], []
+    for i in range(0, len(questions), chunk):
+      answers += answerer.answer(questions[i:i + chunk])
+      trajs += answerer.trajectories
     stats = {"rounds": sum(len(t.rounds) for t in trajs) / len(trajs),
              "searches": sum(t.num_searches for t in trajs) / len(trajs),
              "format_errors": sum(r.action == "format_error" for t in trajs for r in t.rounds) / len(trajs)}
@@ -157,35 +159,38 @@ def main() -> None:
   ap.add_argument("--base", default="smollm2-135m-instruct", help="the base model (trained and untrained)")
   ap.add_argument("--embedder", default="minilm", help="as train.py rl: minilm, hashed or *.embedder.json")
   ap.add_argument("--no-llm-judge", action="store_true", help="skip the llm judge column")
-  ap.add_argument("--no-demo", action="store_true", help="skip the perception-built demo memory")
+  ap.add_argument("--tasks", default="heldout,demo", help="comma list of heldout (gold-memory graphs), demo")
+  ap.add_argument("--chunk", type=int, default=24, help="questions per controller batch (bounds its KV memory)")
   ap.add_argument("--demo-dir", default="runs/controller_eval_demo", help="where the demo episode is memorized")
   args = ap.parse_args()
   kinds = [k for k in args.answerers.split(",") if k]
   if args.adapter and "trained" not in kinds:
     kinds.insert(0, "trained")
-  bad = [k for k in kinds if k not in ("rules", "untrained", "trained")]
-  if bad or args.n < 1 or ("trained" in kinds and not (args.adapter and pathlib.Path(args.adapter).is_file())):
+  tasks = [t for t in args.tasks.split(",") if t]
+  bad = [k for k in kinds if k not in ("rules", "untrained", "trained")] + [t for t in tasks
+                                                                            if t not in ("heldout", "demo")]
+  if bad or not tasks or args.n < 1 or args.chunk < 1 or ("trained" in kinds and not (args.adapter and pathlib.Path(args.adapter).is_file())):
     sys.exit(f"controller_eval: answerers must be rules/untrained/trained (trained needs an --adapter file), "
-             f"n >= 1; got {args.answerers!r}, adapter={args.adapter!r}, n={args.n}")
+             f"tasks heldout/demo, n and chunk >= 1; got {args.answerers!r}, {args.tasks!r}, adapter={args.adapter!r}, "
+             f"n={args.n}, chunk={args.chunk}")
 
   print(machine(), flush=True)
   embed = make_embedder(args.embedder)
   dim = int(np.asarray(embed(["x"])).shape[-1])
   llm_judge = None if args.no_llm_judge else make_judge("llm", args.base)
-  tasks = {"heldout": heldout_task(args.n, embed, dim) + (embed,)}
-  if not args.no_demo:
-    tasks["demo"] = demo_task(pathlib.Path(args.demo_dir))
+  tasks = {t: heldout_task(args.n, embed, dim) + (embed,) if t == "heldout" else demo_task(pathlib.Path(args.demo_dir))
+           for t in tasks}
   results = {}
   for task, (graphs, records, task_embed) in tasks.items():
     fams = Counter(r.family for r in records)
     print(f"== {task}: {len(records)} questions from {len(graphs)} memories ({sum(r.unanswerable for r in records)} "
           f"unanswerable); families: {dict(sorted(fams.items()))}", flush=True)
     for kind in kinds:
-      answers, stats = run_answerer(kind, graphs, records, task_embed, args.base, args.adapter)
+      answers, stats = run_answerer(kind, graphs, records, task_embed, args.base, args.adapter, args.chunk)
       # the llm judge for the two answerers the RESULT line compares (the untrained base rarely answers at all)
       s = results[task, kind] = {**score(records, answers, llm_judge if kind != "untrained" else None), **stats}
       report(kind, s, records, answers)
-  n = len(tasks["heldout"][1])
+  n = len(tasks["heldout"][1]) if "heldout" in tasks else 0
 
   def fmt(task, kind, key="accuracy"):
     return f"{results[task, kind][key]:.3f}" if (task, kind) in results and key in results[task, kind] else "NA"
