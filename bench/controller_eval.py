@@ -1,7 +1,7 @@
 """Controller evaluation on held-out memory-QA questions (issue 19, part 4): trained vs rules vs untrained.
 
   python bench/controller_eval.py                        # 96 held-out questions + the demo's perception-built
-                                                         # memory; rules and untrained
+                                                         # memory; the shipped controller, rules and untrained
   python bench/controller_eval.py --n 16 --answerers rules,untrained --tasks heldout
   python bench/controller_eval.py --adapter runs/rl_controller/adapter.npz   # another trained adapter
 
@@ -154,8 +154,9 @@ def machine() -> str:
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--n", type=int, default=96, help="held-out questions (the issue asks for >= 96)")
-  ap.add_argument("--answerers", default="rules,untrained", help="comma list of trained, rules, untrained")
-  ap.add_argument("--adapter", default=None, help="a trained controller's LoRA adapter file (adds `trained`)")
+  ap.add_argument("--answerers", default="trained,rules,untrained", help="comma list of trained, rules, untrained")
+  ap.add_argument("--adapter", default=None, help="the trained controller's LoRA adapter file (default: the shipped "
+                                                  "one; adds `trained`)")
   ap.add_argument("--base", default="smollm2-135m-instruct", help="the base model (trained and untrained)")
   ap.add_argument("--embedder", default="minilm", help="as train.py rl: minilm, hashed or *.embedder.json")
   ap.add_argument("--no-llm-judge", action="store_true", help="skip the llm judge column")
@@ -169,8 +170,8 @@ def main() -> None:
   tasks = [t for t in args.tasks.split(",") if t]
   bad = [k for k in kinds if k not in ("rules", "untrained", "trained")] + [t for t in tasks
                                                                             if t not in ("heldout", "demo")]
-  if bad or not tasks or args.n < 1 or args.chunk < 1 or ("trained" in kinds and not (args.adapter and pathlib.Path(args.adapter).is_file())):
-    sys.exit(f"controller_eval: answerers must be rules/untrained/trained (trained needs an --adapter file), "
+  if bad or not tasks or args.n < 1 or args.chunk < 1 or (args.adapter and not pathlib.Path(args.adapter).is_file()):
+    sys.exit(f"controller_eval: answerers must be rules/untrained/trained, an --adapter must be a file, "
              f"tasks heldout/demo, n and chunk >= 1; got {args.answerers!r}, {args.tasks!r}, adapter={args.adapter!r}, "
              f"n={args.n}, chunk={args.chunk}")
 

@@ -1,21 +1,22 @@
-"""The demo: a 4-clip (2-minute) generated episode with two people, memorized with the template writer and
-answered through the search tools by the deterministic rule-based answerer.
+"""m3jax demo --config configs/demo.py
 
-  m3jax demo --config configs/demo.py                     # ~2-4 min on 2 CPU cores
-  m3jax demo --config configs/demo.py --set answerer=llm  # the SmolLM2-135M controller (reference protocol,
-                                                          # 5 rounds): much slower on CPU, and weak
+The demo (what `./m3 demo` runs): a 4-clip (2-minute) generated episode with two people, memorized with the
+template writer, its questions answered through the search tools by the shipped trained controller and, side by
+side, the deterministic rule-based answerer, per question type.
+
+  m3jax demo --config configs/demo.py --set "answerers=('trained','untrained','rules')"  # + the prompted base
+  m3jax demo --config configs/demo.py --set adapter=runs/rl_controller/adapter.npz       # another controller
 """
 
 from m3jax.agent.demo import DemoConfig
 from m3jax.agent.memorize import MemorizeConfig
-from m3jax.agent.perceive import PerceptionConfig
 from m3jax.data.episodes import EpisodeConfig
 
 
 def get_config() -> DemoConfig:
   return DemoConfig(
       episode=EpisodeConfig(seed=0, num_clips=4, num_characters=2),
-      memorize=MemorizeConfig(perception=PerceptionConfig(face_fps=0.5)),
-      answerer="rules",
+      memorize=MemorizeConfig(),
+      answerers=("trained", "rules"),
       out_dir="m3jax_demo",
   )

@@ -4,10 +4,10 @@
                 [--writer-adapter FILE (a trained llm writer)]
                 [--config F --set k=v]
   m3jax memorize --videos LIST|GLOB --memory ROOT [...]   # ROOT/<video stem>; a pod shares the videos out
-  m3jax ask --memory DIR "question" [--answerer rules|untrained|trained --adapter F] [--show-trajectory]
+  m3jax ask --memory DIR "question" [--answerer trained|rules|untrained --adapter F] [--show-trajectory]
             [--before-clip N]
   m3jax eval ANNOTATIONS.json [--answerer rules|llm|trained] [--limit N] [--output F] [--config F --set k=v]
-  m3jax demo [--config configs/demo.py] [--set "answerers=('rules','untrained')" ...]
+  m3jax demo [--config configs/demo.py] [--set "answerers=('trained','untrained','rules')" ...]
   m3jax chat ["prompt" ...] [--llm DIR|FILE.gguf] [--temperature T]
 
 One function per subcommand (`add_<name>` builds its parser, `run_<name>` runs it); `SUBCOMMANDS` lists them.
@@ -188,12 +188,13 @@ def add_ask(sub) -> None:
   p = sub.add_parser("ask", help="answer a question from a memory directory")
   p.add_argument("question")
   p.add_argument("--memory", required=True)
-  p.add_argument("--answerer", choices=("rules", "untrained", "trained"), default="rules",
-                 help="rules: deterministic retrieval answers; untrained: the SmolLM2-135M controller prompted, turns "
-                      "constrained to the action format; trained: the base plus a controller adapter (--adapter), "
-                      "the paper's multi-turn protocol")
+  p.add_argument("--answerer", choices=("rules", "untrained", "trained"), default="trained",
+                 help="trained (default): the shipped controller (SmolLM2-135M + its LoRA adapter, or --adapter), the "
+                      "paper's multi-turn protocol; rules: deterministic retrieval answers (a baseline); untrained: "
+                      "the base prompted, turns constrained to the action format")
   p.add_argument("--llm", default="smollm2-135m-instruct", help="the controller's base model")
-  p.add_argument("--adapter", default=None, help="with --answerer trained: a LoRA adapter file from train.py rl")
+  p.add_argument("--adapter", default=None, help="with --answerer trained: a LoRA adapter file from train.py rl "
+                                                 "(default: the shipped one)")
   p.add_argument("--before-clip", type=int, default=None, help="use only memories of clips <= N")
   p.add_argument("--show-trajectory", action="store_true")
   p.set_defaults(run=run_ask)

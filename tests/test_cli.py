@@ -7,6 +7,7 @@ Entry points that are scripts or `python -m` modules run as subprocesses; the `m
 `m3jax.cli.main`, which is the installed console script itself, in-process (a subprocess costs seconds of imports).
 """
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -165,3 +166,12 @@ def test_llm_policy_refuses_a_question_longer_than_the_model_before_allocating()
   with pytest.raises(PromptTooLongError, match=r"the question is too long: its prompt is \d+ tokens and this "
                                                r"model takes at most 2040 \(leaving 8 for the reply\)"):
     controller.run([Question("q", long_question, "", 0)])
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("*.py")), ids=lambda p: p.name)
+def test_every_shipped_config_builds(path):
+  """Each config file's first line is a command users copy: its `get_config()` must build and validate
+  (configs/demo.py once passed a field DemoConfig no longer has, and `m3jax demo --config` died on it)."""
+  from m3jax.config import load_config
+
+  assert dataclasses.is_dataclass(load_config(path))

@@ -383,3 +383,27 @@ def test_cli_ask_with_a_trained_adapter_runs_the_protocol_its_file_records(memor
   lines = capsys.readouterr().out.strip().splitlines()
   rounds = [l for l in lines if l.startswith("round ")]
   assert 1 <= len(rounds) <= 2 and rounds[0].startswith("round 1: [") and len(lines) == len(rounds) + 1
+
+
+def test_the_shipped_controller_answers_from_perception_built_memory(memorized, episode, models, capsys):
+  """The default answerer end to end on the real weights: `m3jax ask` with no --answerer loads the shipped
+  controller (SmolLM2-135M + m3jax/data/controller/controller.npz) and runs the multi-turn protocol over the
+  memory that perception built. It answers in its own short words, not by quoting memory lines as the rules
+  answerer does, and gets the episode's questions right at least as often as the rules answerer."""
+  from m3jax.agent.demo import answer_correct, episode_questions, make_answerer
+  from m3jax.cli import main
+
+  mem, _, _ = memorized
+  ep, _ = episode
+  graph = load_memory(mem)
+  questions = [q for q, raw in zip(episode_questions(ep), ep.qa_list) if not raw["unanswerable"]]
+  trained = make_answerer("trained", [graph], models.text).answer(questions)
+  rules = make_answerer("rules", [graph], models.text).answer(questions)
+  hits = [answer_correct(a, q.answer) for a, q in zip(trained, questions)]
+  assert sum(hits) >= max(1, sum(answer_correct(a, q.answer) for a, q in zip(rules, questions))), trained
+  assert all(len(a.split()) <= 12 and "says:" not in a for a in trained), trained
+  q, a = next((q, a) for q, a, ok in zip(questions, trained, hits) if ok)
+  capsys.readouterr()
+  assert main(["ask", "--memory", str(mem), q.question] + (["--before-clip", str(q.before_clip)]
+                                                           if q.before_clip is not None else [])) == 0
+  assert capsys.readouterr().out.strip() == a

@@ -92,7 +92,8 @@ class RuleAnswerer:
           return m.group(1)
     return None
 
-  def _with_names(self, q: Question, text: str) -> str:
+  def with_names(self, q: Question, text: str) -> str:
+    """`text` with each person's tag replaced by the name the memory gives it (kept where it gives none)."""
     return CHARACTER_TAG_RE.sub(lambda m: self._name_of(q, m.group(1)) or m.group(0), text)
 
   def answer_one(self, q: Question) -> str:
@@ -121,15 +122,14 @@ class RuleAnswerer:
       return NOT_IN_MEMORY
     # two-part questions take two memories; a "who"/"whose" question is answered by a memory naming someone
     hit = self._top(q, query, 2 if " and " in q.question else 1, tagged=bool(_ASKS_PERSON_RE.match(q.question)))
-    return self._with_names(q, hit) if hit else NOT_IN_MEMORY
+    return self.with_names(q, hit) if hit else NOT_IN_MEMORY
 
   def answer(self, questions: Sequence[Question]) -> list[str]:
     return [self.answer_one(q) for q in questions]
 
 
-# Where a shipped controller goes: SmolLM2-135M-Instruct plus a LoRA adapter trained with `train.py rl`
-# (configs/rl_controller.py), its metadata naming the protocol it was trained with. None ships yet: the
-# recipe's first CPU runs did not beat the rules answerer (see configs/rl_controller.py).
+# The shipped controller: SmolLM2-135M-Instruct plus a LoRA adapter trained with `train.py rl`
+# (configs/rl_controller.py), its metadata naming the protocol it was trained with; numbers in its MODEL_CARD.md.
 SHIPPED_CONTROLLER = pathlib.Path(__file__).resolve().parents[1] / "data" / "controller" / "controller.npz"
 
 
@@ -138,8 +138,8 @@ def trained_adapter_path(adapter: str | pathlib.Path | None) -> pathlib.Path:
   path = pathlib.Path(adapter) if adapter else SHIPPED_CONTROLLER
   if not path.is_file():
     raise UserError(f"adapter file not found: {adapter}" if adapter else
-                    "no trained controller ships with this version: pass a LoRA adapter file written by "
-                    "`train.py rl` with lora_rank > 0 (e.g. configs/rl_controller.py: OUT_DIR/adapter.npz)")
+                    f"the shipped controller {SHIPPED_CONTROLLER} is missing (a damaged install?): pass a LoRA adapter "
+                    "file written by `train.py rl` with --adapter")
   return path
 
 
@@ -164,12 +164,17 @@ class LLMAnswerer:
 
   def __init__(self, graphs, embed_fn: Callable[[Sequence[str]], np.ndarray], llm="smollm2-135m-instruct",
                max_new_tokens: int = 192, seed: int = 0, constrain_actions: bool = False, searcher=None,
-               control=None, greedy: bool = False, adapter: str | pathlib.Path | None = None):
+               control=None, greedy: bool = False, adapter: str | pathlib.Path | None = None,
+               resolve_names: bool = True):
     """`llm`: a load_llm name/path or a loaded (model, tokenizer) pair. `constrain_actions`: decode every turn
     inside the action format (`ActionConstraints`) — for a weak controller such as the embedded 135M model; a
     trained controller runs free. `searcher`: the search tools (default: the graphs' `MemorySearcher`; any
     `control.Searcher`, e.g. a memory design's). `control`: the loop's `ControlConfig`. `adapter`: a LoRA adapter
-    file on top of `llm` (`load_trained_controller`: greedy, with the protocol the adapter records)."""
+    file on top of `llm` (`load_trained_controller`: greedy, with the protocol the adapter records).
+    `resolve_names`: a final answer that names someone by id ("<character_1>") gets the name the memory gives
+    that id, looked up as the rules answerer does. WHY: the protocol lets the controller search "What is the
+    name of <character_i>" itself, but the shipped 135M controller sometimes answers with the id, and a user
+    asked "who" wants a name. Off for the raw protocol (and with a custom `searcher`, which has no graph)."""
     from m3jax.agent.control import ControlConfig, Controller
     from m3jax.agent.policy import ActionConstraints, LLMPolicy
     from m3jax.models.llm import load_llm
@@ -188,8 +193,12 @@ class LLMAnswerer:
                if constrain_actions else None)
     self.policy = LLMPolicy(Sampler(model, config), tokenizer, config, actions=actions)
     self.controller = Controller(self.policy, searcher or MemorySearcher(graphs, embed_fn, ASK_SEARCH), control)
+    self.namer = RuleAnswerer(graphs, embed_fn) if resolve_names and searcher is None else None
     self.trajectories = []
 
   def answer(self, questions: Sequence[Question]) -> list[str]:
     self.trajectories = self.controller.run(questions)
-    return [(t.response or "").strip() for t in self.trajectories]
+    answers = [(t.response or "").strip() for t in self.trajectories]
+    if self.namer is not None:
+      answers = [self.namer.with_names(q, a) for q, a in zip(questions, answers)]
+    return answers

@@ -35,9 +35,9 @@ class DemoConfig:
   # answered side by side, per question type: rules = the deterministic retrieval baseline, untrained = the
   # SmolLM2-135M base prompted (turns constrained to the action format), trained = the base plus a controller
   # adapter trained with `train.py rl` (`adapter`; free-form turns, greedy)
-  answerers: tuple[str, ...] = ("rules",)
+  answerers: tuple[str, ...] = ("trained", "rules")
   llm: str = "smollm2-135m-instruct"
-  adapter: str = ""  # the trained controller's LoRA adapter file ("" = the shipped one, when one ships)
+  adapter: str = ""  # the trained controller's LoRA adapter file ("" = the shipped one)
   max_new_tokens: int = 48  # per controller turn (the trained controller's own limit comes from its adapter)
   out_dir: str = "m3jax_demo"
   progress: bool = True

@@ -19,9 +19,9 @@ class ServeConfig:
   keys_file: str = ""                     # lines `tenant:sha256hex` (written by `serve.py add-key`)
   keys_env: str = "M3JAX_SERVE_KEYS"      # same format, comma separated; merged with the file
   embedder: str = "minilm"                # minilm | hashed (bag-of-words; tests) | a fixture `*.embedder.json`
-  # retrieval: the deterministic rule answerer; controller: the llm as prompted; trained: llm + a controller
-  # LoRA adapter (`adapter`)
-  answerer: Literal["retrieval", "controller", "trained"] = "retrieval"
+  # trained: llm + the shipped controller LoRA adapter (or `adapter`); retrieval: the deterministic rule answerer
+  # (a baseline, no LLM loaded); controller: the llm as prompted
+  answerer: Literal["retrieval", "controller", "trained"] = "trained"
   llm: str = "smollm2-135m-instruct"
   adapter: str = ""                       # answerer=trained: a LoRA adapter file ("" = the shipped one)
   max_new_tokens: int = 192
