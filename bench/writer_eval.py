@@ -16,8 +16,9 @@ same observations. Per writer:
   dropped     memories validation removed (naming entities the clip does not hold, or an equivalence that is
               not one face and one voice);
   s/clip      the writer's wall time per clip;
-  QA          the episode's questions answered by the rules answerer over a memory rebuilt from the same
-              perception with this writer's memories (`writer_metrics.replay_graph`).
+  QA          the episode's questions answered over a memory rebuilt from the same perception with this
+              writer's memories (`writer_metrics.replay_graph`), by `--answerer`: the shipped trained controller
+              (the product's answerer, the default) or the rules baseline; one answerer for every writer.
 Final line: RESULT recall_trained=… recall_template=… precision_trained=… hallucinated_per_clip=… (the trained
 writer's) qa_trained_writer=… qa_template_writer=… (n/a without --adapter).
 """
@@ -33,8 +34,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from m3jax.agent.answer import RuleAnswerer  # noqa: E402
-from m3jax.agent.demo import answer_correct, episode_questions, utterance_spans  # noqa: E402
+from m3jax.agent.demo import ANSWERERS, answer_correct, episode_questions, make_answerer, utterance_spans  # noqa: E402
 from m3jax.agent.memorize import default_graph_config  # noqa: E402
 from m3jax.agent.observations import ClipMemories  # noqa: E402
 from m3jax.agent.perceive import PerceptionModels  # noqa: E402
@@ -101,6 +101,8 @@ def main() -> None:
   ap.add_argument("--llm", default="smollm2-135m-instruct", help="the untrained llm writer's LLM")
   ap.add_argument("--work", default="runs/writer_eval", help="rendered episodes + cached perception")
   ap.add_argument("--max-new-tokens", type=int, default=384)
+  ap.add_argument("--answerer", default="trained", choices=ANSWERERS, help="who answers the QA questions")
+  ap.add_argument("--chunk", type=int, default=24, help="questions per controller batch (bounds its KV memory)")
   args = ap.parse_args()
   if args.episodes < 1:
     ap.error("--episodes must be >= 1")
@@ -129,12 +131,13 @@ def main() -> None:
     backends["trained"] = (Recording(writer_chat(card["base_llm"], args.max_new_tokens, adapter=args.adapter,
                                                  frequency_penalty=0.0)), card["instruction"])
   scores = {w: WriterScore() for w in writers}
-  qa = {w: [0, 0] for w in writers}
+  graphs = {w: [] for w in writers}  # one memory per (writer, episode), answered together at the end
+  questions: list = []
   dropped = {w: 0 for w in writers}
   for seen in episodes:
     ep = seen.episode
     spans = utterance_spans(ep)
-    questions = episode_questions(ep)
+    questions += [dataclasses.replace(q, graph_index=len(graphs[writers[0]])) for q in episode_questions(ep)]
     for w in writers:
       backend, instruction = backends.get(w, (None, None))
       written = write_episode(w, backend, instruction, seen.observations)
@@ -142,12 +145,17 @@ def main() -> None:
         score_clip(scores[w], ep.gold_memories[obs.clip], mem, raw, obs, ClipPeople.of(ep, obs, spans))
         scores[w].seconds += dt
         dropped[w] += n_dropped
-      graph = replay_graph(MemoryGraph(default_graph_config()), seen.entities, [m for m, *_ in written],
-                           [o.clip for o in seen.observations], embed)
-      answers = RuleAnswerer([graph], embed).answer(questions)
-      qa[w][0] += sum(answer_correct(a, q.answer) for q, a in zip(questions, answers))
-      qa[w][1] += len(questions)
+      graphs[w].append(replay_graph(MemoryGraph(default_graph_config()), seen.entities, [m for m, *_ in written],
+                                    [o.clip for o in seen.observations], embed))
     print(f"{ep.id}: " + ", ".join(f"{w} recall {scores[w].recall:.3f}" for w in writers), flush=True)
+  qa = {}
+  for w in writers:
+    t = time.perf_counter()
+    answerer = make_answerer(args.answerer, graphs[w], embed)
+    answers = [a for i in range(0, len(questions), args.chunk) for a in answerer.answer(questions[i:i + args.chunk])]
+    qa[w] = [sum(answer_correct(a, q.answer) for q, a in zip(questions, answers)), len(questions)]
+    print(f"QA over the {w} writer's memories ({args.answerer} answerer): {qa[w][0]}/{qa[w][1]} in "
+          f"{time.perf_counter() - t:.0f} s", flush=True)
   acc = {w: qa[w][0] / qa[w][1] for w in writers}
   for w in writers:
     s = scores[w]
@@ -164,7 +172,8 @@ def main() -> None:
         f"hallucinated_per_clip={fmt('trained', tr.hallucinated_per_clip if tr else 0)} "
         f"qa_trained_writer={fmt('trained', acc.get('trained', 0))} "
         f"qa_template_writer={fmt('template', acc.get('template', 0))} "
-        f"recall_llm={fmt('llm', scores['llm'].recall if 'llm' in scores else 0)} episodes={args.episodes}")
+        f"recall_llm={fmt('llm', scores['llm'].recall if 'llm' in scores else 0)} episodes={args.episodes} "
+        f"qa_answerer={args.answerer}")
 
 
 if __name__ == "__main__":
