@@ -62,24 +62,24 @@ class CountingSearcher:
     return self.inner.search(requests)
 
 
-def run_answerer(kind: str, graphs, records, embed, base: str, adapter: str | None, chunk: int = 24):
+def run_answerer(kind: str, graphs, records, embed, base: str, adapter: str | None, slots: int = 24):
   from m3jax.agent.demo import make_answerer
 
   questions = [Question(r.question_id, r.question, r.answer, r.memory_id, before_clip=r.before_clip,
                         question_types=r.types) for r in records]
   t0 = time.perf_counter()
   answerer = make_answerer(kind, graphs, embed, base, adapter)
+  if kind != "rules":  # continuous batching: a batch's KV cache grows with rows x context (96 prompted 5-round
+    answerer.slots = slots  # rows in one static batch took 14 GB), so the questions share `slots` rows
   if kind == "rules":
     answerer.searcher, answerer.names_searcher = (CountingSearcher(answerer.searcher),
                                                   CountingSearcher(answerer.names_searcher))
     answers = answerer.answer(questions)
     stats = {"rounds": 1.0, "searches": (answerer.searcher.requests + answerer.names_searcher.requests) / len(records),
              "format_errors": 0.0}
-  else:  # in chunks: a batch's KV cache grows with rows x context (96 prompted 5-round rows took 14 GB)
-    answers, trajs = [], []
-    for i in range(0, len(questions), chunk):
-      answers += answerer.answer(questions[i:i + chunk])
-      trajs += answerer.trajectories
+  else:
+    answers = answerer.answer(questions)
+    trajs = answerer.trajectories
     stats = {"rounds": sum(len(t.rounds) for t in trajs) / len(trajs),
              "searches": sum(t.num_searches for t in trajs) / len(trajs),
              "format_errors": sum(r.action == "format_error" for t in trajs for r in t.rounds) / len(trajs)}
@@ -161,7 +161,7 @@ def main() -> None:
   ap.add_argument("--embedder", default="minilm", help="as train.py rl: minilm, hashed or *.embedder.json")
   ap.add_argument("--no-llm-judge", action="store_true", help="skip the llm judge column")
   ap.add_argument("--tasks", default="heldout,demo", help="comma list of heldout (gold-memory graphs), demo")
-  ap.add_argument("--chunk", type=int, default=24, help="questions per controller batch (bounds its KV memory)")
+  ap.add_argument("--slots", type=int, default=24, help="controller KV-cache rows (continuous batching)")
   ap.add_argument("--demo-dir", default="runs/controller_eval_demo", help="where the demo episode is memorized")
   args = ap.parse_args()
   kinds = [k for k in args.answerers.split(",") if k]
@@ -170,10 +170,10 @@ def main() -> None:
   tasks = [t for t in args.tasks.split(",") if t]
   bad = [k for k in kinds if k not in ("rules", "untrained", "trained")] + [t for t in tasks
                                                                             if t not in ("heldout", "demo")]
-  if bad or not tasks or args.n < 1 or args.chunk < 1 or (args.adapter and not pathlib.Path(args.adapter).is_file()):
+  if bad or not tasks or args.n < 1 or args.slots < 1 or (args.adapter and not pathlib.Path(args.adapter).is_file()):
     sys.exit(f"controller_eval: answerers must be rules/untrained/trained, an --adapter must be a file, "
-             f"tasks heldout/demo, n and chunk >= 1; got {args.answerers!r}, {args.tasks!r}, adapter={args.adapter!r}, "
-             f"n={args.n}, chunk={args.chunk}")
+             f"tasks heldout/demo, n and slots >= 1; got {args.answerers!r}, {args.tasks!r}, adapter={args.adapter!r}, "
+             f"n={args.n}, slots={args.slots}")
 
   print(machine(), flush=True)
   embed = make_embedder(args.embedder)
@@ -187,7 +187,7 @@ def main() -> None:
     print(f"== {task}: {len(records)} questions from {len(graphs)} memories ({sum(r.unanswerable for r in records)} "
           f"unanswerable); families: {dict(sorted(fams.items()))}", flush=True)
     for kind in kinds:
-      answers, stats = run_answerer(kind, graphs, records, task_embed, args.base, args.adapter, args.chunk)
+      answers, stats = run_answerer(kind, graphs, records, task_embed, args.base, args.adapter, args.slots)
       # the llm judge for the two answerers the RESULT line compares (the untrained base rarely answers at all)
       s = results[task, kind] = {**score(records, answers, llm_judge if kind != "untrained" else None), **stats}
       report(kind, s, records, answers)

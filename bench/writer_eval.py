@@ -102,7 +102,7 @@ def main() -> None:
   ap.add_argument("--work", default="runs/writer_eval", help="rendered episodes + cached perception")
   ap.add_argument("--max-new-tokens", type=int, default=384)
   ap.add_argument("--answerer", default="trained", choices=ANSWERERS, help="who answers the QA questions")
-  ap.add_argument("--chunk", type=int, default=24, help="questions per controller batch (bounds its KV memory)")
+  ap.add_argument("--slots", type=int, default=24, help="controller KV-cache rows (continuous batching)")
   args = ap.parse_args()
   if args.episodes < 1:
     ap.error("--episodes must be >= 1")
@@ -152,7 +152,8 @@ def main() -> None:
   for w in writers:
     t = time.perf_counter()
     answerer = make_answerer(args.answerer, graphs[w], embed)
-    answers = [a for i in range(0, len(questions), args.chunk) for a in answerer.answer(questions[i:i + args.chunk])]
+    answerer.slots = args.slots
+    answers = answerer.answer(questions)
     qa[w] = [sum(answer_correct(a, q.answer) for q, a in zip(questions, answers)), len(questions)]
     print(f"QA over the {w} writer's memories ({args.answerer} answerer): {qa[w][0]}/{qa[w][1]} in "
           f"{time.perf_counter() - t:.0f} s", flush=True)

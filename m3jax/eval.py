@@ -66,8 +66,9 @@ class EvalConfig:
   judge_model: str = "smollm2-135m-instruct"
   judge_max_new_tokens: int = 8
   http_judge: HTTPJudgeConfig = HTTPJudgeConfig()
-  batch_size: int = 64
-  max_rounds: int = 5
+  batch_size: int = 64          # questions answered (and saved for resuming) together
+  slots: int = 16               # LLM answerers: KV-cache rows a batch's questions share (continuous batching); 0 =
+  max_rounds: int = 5           # the whole batch as one static batch
   max_new_tokens: int = 1024
   temperature: float = 0.6
   top_p: float = 0.95
@@ -89,8 +90,8 @@ class EvalConfig:
     for name in ("batch_size", "max_rounds", "max_new_tokens", "judge_max_new_tokens"):
       if getattr(self, name) < 1:
         raise ValueError(f"EvalConfig.{name} must be >= 1, got {getattr(self, name)}")
-    if self.limit < 0:
-      raise ValueError(f"EvalConfig.limit must be >= 0, got {self.limit}")
+    if self.limit < 0 or self.slots < 0:
+      raise ValueError(f"EvalConfig.limit and slots must be >= 0, got {self.limit} and {self.slots}")
 
 
 def select_questions(questions: Sequence[BenchQuestion], cfg: EvalConfig, done: set[str]) -> list[BenchQuestion]:
@@ -212,7 +213,10 @@ def _answer_into(work: pathlib.Path, todo: list[BenchQuestion], cfg: EvalConfig,
                      graph_index=index[q.mem_path], graph_key=q.video_id, before_clip=q.before_clip,
                      question_types=q.types, multiple_choice=cfg.multiple_choice or q.multiple_choice)
             for q in batch]
-      trajs = controller.run(qs)
+      # an LLM policy shares `slots` rows; rules, re-prefill and test policies run the batch static
+      slotted = cfg.slots and cfg.reuse_kv and hasattr(getattr(controller, "policy", None), "advance")
+      trajs = (controller.run(qs, slots=min(cfg.slots, len(qs))) if slotted
+               else controller.run(qs))
       verdicts = judge.judge([JudgeItem(t.question, q.answer, t.response) for t, q in zip(trajs, batch)])
       for traj, q, verdict in zip(trajs, batch, verdicts):
         sink.write(json.dumps(judged_record(traj, q, verdict), ensure_ascii=False) + "\n")

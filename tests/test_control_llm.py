@@ -126,3 +126,40 @@ def test_action_constraints_make_every_turn_a_valid_action(tokenizer, searcher):
   assert all(r.text.startswith("Action: [") for r in turns)
   assert any(r.action == "search" for r in turns) and all(t.finished for t in trajs)
   assert all(t.rounds[-1].action == "answer" for t in trajs if len(t.rounds) == rounds)
+
+
+def test_continuous_batching_gives_the_static_trajectories(tokenizer, searcher):
+  """Slots refilled as questions finish: every question's tokens, log-probs and searches equal the static batch's,
+  greedy and (with per-episode row ids, as RL rollouts use) sampled, where questions end at different rounds;
+  a rerun compiles nothing new."""
+  from m3jax.agent.policy import ActionConstraints
+
+  cfg = DecoderConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2,
+                      num_kv_heads=1, head_dim=16, tie_embeddings=True)
+  stop = tuple(tokenizer.encode(prompts.END_OF_TURN, add_special_tokens=False))
+  rounds, control = 3, ControlConfig(max_rounds=3)
+  actions = ActionConstraints.build(tokenizer, len(tokenizer), stop, rounds)
+  model = Decoder(cfg, rngs=nnx.Rngs(4))
+  questions = [Question(f"{q.question_id}_{i}", f"{q.question} ({i})", q.answer, q.graph_index, q.graph_key,
+                        q.before_clip) for i in range(3) for q in QUESTIONS]
+  row_ids = [100 + 3 * i for i in range(len(questions))]
+  for sampling, ids in ((SamplingConfig(max_new_tokens=16, greedy=True, stop_token_ids=stop), None),
+                        (SamplingConfig(max_new_tokens=16, temperature=1.0, stop_token_ids=stop, seed=5), row_ids)):
+    sampler = Sampler(model, sampling, tokenizer)
+    static = Controller(LLMPolicy(sampler, tokenizer, sampling, actions=actions, row_ids=ids), searcher,
+                        control).run(questions)
+    policy = LLMPolicy(sampler, tokenizer, sampling, actions=actions, row_ids=ids)
+    before = sampler.compilations
+    slotted = Controller(policy, searcher, control).run(questions, slots=2)
+    compiled = sampler.compilations - before
+    for a, b in zip(static, slotted):
+      assert a.question_id == b.question_id and a.token_ids.tolist() == b.token_ids.tolist()
+      np.testing.assert_array_equal(a.generated, b.generated)
+      np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)
+      assert [r.retrieved_clips for r in a.rounds] == [r.retrieved_clips for r in b.rounds]
+    rerun = Controller(policy, searcher, control).run(questions, slots=2)
+    assert [t.token_ids.tolist() for t in rerun] == [t.token_ids.tolist() for t in slotted]
+    assert sampler.compilations - before == compiled  # the rerun reuses every program
+  assert len({len(t.rounds) for t in static}) > 1  # sampled, questions end at different rounds: slots refill
+  with pytest.raises(ValueError, match="slot policy"):
+    Controller(object(), searcher, control).run(questions, slots=2)

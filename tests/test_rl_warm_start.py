@@ -59,6 +59,13 @@ def test_warm_start_clones_the_expert_on_the_llm_token_layout(tmp_path):
   for a, b in zip(jax.tree.leaves(program.learner.params), jax.tree.leaves(nnx.state(program.model, nnx.Param))):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
+  # rollouts of the cloned policy through 2 continuously refilled slots: the static batch's trajectories
+  records, ids = program.train_records[:3], [5, 1, 4, 0, 3, 2]
+  static, _ = program.rollout(records, seed=3, group=2, row_ids=ids)
+  program.cfg = dataclasses.replace(cfg, rollout_slots=2)
+  slotted, _ = program.rollout(records, seed=3, group=2, row_ids=ids)
+  assert [t.token_ids.tolist() for t in slotted] == [t.token_ids.tolist() for t in static]
+
   # expert trajectories are token-for-token the rendered conversation, with exactly the assistant turns trained
   questions = _questions(program.train_records[:3], 1)
   trajs = Controller(ExpertPolicy(questions, program.tokenizer, 4), program.searcher, ControlConfig(4)).run(questions)

@@ -83,6 +83,27 @@ def test_forked_prefix_cache_equals_separate_prefills(tiny):
   assert len({tuple(t) for t in one.tokens[:3]}) > 1  # sampled: the forked rows of one prompt diverge
 
 
+def test_a_reset_slot_takes_a_new_prompt_while_the_others_continue(tiny):
+  """Continuous batching's sampler step: a row emptied by `reset_rows` and fed a new prompt decodes exactly as a
+  fresh generate of that prompt, while the untouched rows' continuation is unchanged by the neighbour swap."""
+  model, _, _ = tiny
+  sampler = Sampler(model, GREEDY)
+  prompts = _prompts((9, 6, 13, 4))
+  new = _prompts((20,), seed=7)[0]  # a width bucket (32) no later test expects to compile itself
+  short = SamplingConfig(max_new_tokens=10, greedy=True)
+  first = sampler.generate(prompts)
+  sampler.reset_rows(first.state, [1])
+  mixed = sampler.continue_(first.state, [[7, 8], new, None, [3]], short)
+  alone = Sampler(model, short).generate([new])
+  assert mixed.tokens[1] == alone.tokens[0] and mixed.state.history[1] == new + alone.tokens[0]
+  np.testing.assert_allclose(mixed.logprobs[1], alone.logprobs[0], atol=1e-5)
+  plain = sampler.continue_(sampler.generate(prompts).state, [[7, 8], None, None, [3]], short)
+  assert [mixed.tokens[0], mixed.tokens[2]] == plain.tokens
+  assert 0 < sampler.decode_tokens <= sampler.decode_row_steps
+  with pytest.raises(ValueError, match="outside"):
+    sampler.reset_rows(first.state, [4])
+
+
 def test_prompt_buckets_bound_compilations(tiny):
   model, _, _ = tiny
   sampler = Sampler(model, SamplingConfig(max_new_tokens=8, greedy=True))

@@ -165,7 +165,7 @@ class LLMAnswerer:
   def __init__(self, graphs, embed_fn: Callable[[Sequence[str]], np.ndarray], llm="smollm2-135m-instruct",
                max_new_tokens: int = 192, seed: int = 0, constrain_actions: bool = False, searcher=None,
                control=None, greedy: bool = False, adapter: str | pathlib.Path | None = None,
-               resolve_names: bool = True):
+               resolve_names: bool = True, slots: int | None = 16):
     """`llm`: a load_llm name/path or a loaded (model, tokenizer) pair. `constrain_actions`: decode every turn
     inside the action format (`ActionConstraints`) — for a weak controller such as the embedded 135M model; a
     trained controller runs free. `searcher`: the search tools (default: the graphs' `MemorySearcher`; any
@@ -174,7 +174,10 @@ class LLMAnswerer:
     `resolve_names`: a final answer that names someone by id ("<character_1>") gets the name the memory gives
     that id, looked up as the rules answerer does. WHY: the protocol lets the controller search "What is the
     name of <character_i>" itself, but the shipped 135M controller sometimes answers with the id, and a user
-    asked "who" wants a name. Off for the raw protocol (and with a custom `searcher`, which has no graph)."""
+    asked "who" wants a name. Off for the raw protocol (and with a custom `searcher`, which has no graph).
+    `slots`: continuous batching over at most this many KV-cache rows (a question's slot passes to the next
+    waiting question as soon as it answers; memory stays bounded however many questions one call asks); None
+    runs every question of a call as one static batch."""
     from m3jax.agent.control import ControlConfig, Controller
     from m3jax.agent.policy import ActionConstraints, LLMPolicy
     from m3jax.models.llm import load_llm
@@ -194,10 +197,10 @@ class LLMAnswerer:
     self.policy = LLMPolicy(Sampler(model, config), tokenizer, config, actions=actions)
     self.controller = Controller(self.policy, searcher or MemorySearcher(graphs, embed_fn, ASK_SEARCH), control)
     self.namer = RuleAnswerer(graphs, embed_fn) if resolve_names and searcher is None else None
-    self.trajectories = []
+    self.trajectories, self.slots = [], slots
 
   def answer(self, questions: Sequence[Question]) -> list[str]:
-    self.trajectories = self.controller.run(questions)
+    self.trajectories = self.controller.run(questions, slots=min(self.slots, len(questions)) if self.slots else None)
     answers = [(t.response or "").strip() for t in self.trajectories]
     if self.namer is not None:
       answers = [self.namer.with_names(q, a) for q, a in zip(questions, answers)]

@@ -5,6 +5,12 @@ generates every active row's turn, then one searcher call runs every row's query
 policy appends each tool result to its row (KV continuation for the LLM policy). Every token, mask bit and
 log-prob lands in the question's `Trajectory`.
 
+Continuous batching (`run(questions, slots=N)`, a `SlotPolicy`): N slots of one KV cache; whenever a question
+answers (or runs out of rounds) a waiting question takes its slot in the very next call, so a batch no longer
+waits for its slowest question and the KV memory is bounded by N, however many questions there are. One call
+mixes rows at different rounds. A question's trajectory does not depend on its neighbours: greedy, it equals the
+static loop's (up to float rounding across batch shapes).
+
 Protocol details kept from the reference: the instruction (plus the last-round suffix) is appended to the user
 message before each generation; "character id" in the query selects the node route; the clip route excludes clips
 already returned to this question (`current_clips`, filtered after top-k by the searcher); `before_clip` is passed
@@ -15,6 +21,7 @@ question unanswered.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from typing import Protocol, Sequence
 
@@ -70,36 +77,66 @@ class Controller:
     self.searcher = searcher
     self.config = config
 
-  def run(self, questions: Sequence[Question]) -> list[Trajectory]:
-    """Answers all `questions` together; returns one trajectory per question, in order."""
+  def run(self, questions: Sequence[Question], slots: int | None = None) -> list[Trajectory]:
+    """Answers all `questions`; returns one trajectory per question, in order. Without `slots` they run as one
+    static batch; with `slots` (a `SlotPolicy`), through that many continuously refilled slots."""
     if not questions:
       return []
-    rounds = self.config.max_rounds
     trajs = [Trajectory(question_id=q.question_id, question=q.question, ground_truth=q.answer,
                         graph_key=q.graph_key, before_clip=q.before_clip, question_types=list(q.question_types),
                         multiple_choice=q.multiple_choice) for q in questions]
-    conversations = [[system_message(q.question),
-                      {"role": "user", "content": FIRST_USER_MESSAGE + round_suffix(0, rounds, q.multiple_choice)}]
-                     for q in questions]
+    if slots is not None:
+      return self._run_slots(questions, trajs, slots)
     active = list(range(len(questions)))
-    turns = _checked(self.policy.begin(conversations), len(active))
-    for round_index in range(rounds):
+    turns = _checked(self.policy.begin([self._conversation(q) for q in questions]), len(active))
+    for round_index in range(self.config.max_rounds):
       if round_index > 0:
         turns = _checked(self.policy.step(active, messages), len(active))
-      active, messages = self._consume(questions, trajs, active, turns, round_index)
+      active, messages = self._consume(questions, trajs, active, turns, [round_index] * len(active))
       if not active:
         break
     return trajs
 
+  def _conversation(self, q: Question) -> list[dict[str, str]]:
+    return [system_message(q.question),
+            {"role": "user", "content": FIRST_USER_MESSAGE + round_suffix(0, self.config.max_rounds, q.multiple_choice)}]
+
+  def _run_slots(self, questions: Sequence[Question], trajs: list[Trajectory], slots: int) -> list[Trajectory]:
+    if not hasattr(self.policy, "advance"):
+      raise ValueError(f"continuous batching needs a slot policy (open/advance); {type(self.policy).__name__} "
+                       "has none")
+    slots = self.policy.open(slots)  # the policy may round up (its batch bucket): every slot it has is used
+    waiting = collections.deque(range(len(questions)))
+    holder: list[int | None] = [None] * slots  # the question each slot runs
+    rounds: dict[int, int] = {}
+    messages: dict[int, str] = {}  # the next user message of each question that continues
+    while waiting or any(h is not None for h in holder):
+      starts = []
+      for slot in range(slots):
+        if holder[slot] is None and waiting:
+          row = holder[slot] = waiting.popleft()
+          rounds[row] = 0
+          starts.append((slot, row, self._conversation(questions[row])))
+      continues = [(slot, messages.pop(row)) for slot, row in enumerate(holder) if row in messages]
+      rows = [row for _, row, _ in starts] + [holder[slot] for slot, _ in continues]
+      turns = _checked(self.policy.advance(starts, continues), len(rows))
+      continuing, next_messages = self._consume(questions, trajs, rows, turns, [rounds[r] for r in rows])
+      for row, message in zip(continuing, next_messages):
+        messages[row], rounds[row] = message, rounds[row] + 1
+      holder = [row if row in messages else None for row in holder]  # finished questions free their slots
+    return trajs
+
   def _consume(self, questions: Sequence[Question], trajs: list[Trajectory], active: list[int], turns: list[Turn],
-               round_index: int) -> tuple[list[int], list[str]]:
-    """Records the turns, runs every requested search in one call, and builds the next user messages."""
-    last = round_index == self.config.max_rounds - 1
+               round_indices: list[int]) -> tuple[list[int], list[str]]:
+    """Records the turns (row `active[i]` at round `round_indices[i]`), runs every requested search in one call,
+    and builds the next user messages."""
     continuing: list[int] = []
     results: dict[int, dict[str, list[str]]] = {}
     requests: list[SearchRequest] = []
     request_rows: list[int] = []
-    for row, turn in zip(active, turns):
+    next_round = dict(zip(active, (r + 1 for r in round_indices)))
+    for row, turn, round_index in zip(active, turns, round_indices):
+      last = round_index == self.config.max_rounds - 1
       traj = trajs[row]
       traj.append_tokens(turn.context_ids, generated=False)
       traj.append_tokens(turn.gen_ids, generated=True, logprobs=turn.logprobs)
@@ -136,7 +173,7 @@ class Controller:
     for row in continuing:
       text = search_result_message(results[row])
       trajs[row].rounds[-1].result_text = text
-      messages.append(text + round_suffix(round_index + 1, self.config.max_rounds, questions[row].multiple_choice,
+      messages.append(text + round_suffix(next_round[row], self.config.max_rounds, questions[row].multiple_choice,
                                           self.config.inter_turn_instruction))
     return continuing, messages
 

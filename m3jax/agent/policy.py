@@ -5,18 +5,23 @@ opens one episode per row; `step` appends a user message to the listed rows and 
 LLM policy can therefore keep each row's KV cache and append only the new tokens (`Sampler.continue_`), while a
 rule-based test double just reads the messages. Each returned `Turn` says which tokens were fed to the model
 (`context_ids`) and which it sampled (`gen_ids`, `logprobs`), so trajectories are assembled without re-tokenising.
+
+A `SlotPolicy` (the LLM policy) also runs continuous batching: `open(slots)` then `advance(starts, continues)`,
+where one call both starts new episodes in free slots and continues running ones, at whatever round each is.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Protocol, Sequence
 
 import numpy as np
 from jaxtyping import Float
 
 from m3jax.agent.prompts import ASSISTANT_PREFIX, END_OF_TURN, Message, render_chatml, render_chatml_message
-from m3jax.models.constrained import TokenConstraint, compile_constraint, prefixed_line, token_bytes
+from m3jax.models.constrained import (TokenConstraint, compile_constraint, merge_constraints, prefixed_line,
+                                     token_bytes)
 from m3jax.models.sampling import SampleOutput, Sampler, SamplingConfig
 
 
@@ -40,6 +45,22 @@ class Policy(Protocol):
 
   def step(self, rows: Sequence[int], user_messages: Sequence[str]) -> list[Turn]:
     """Appends `user_messages[i]` as a user turn to episode `rows[i]` and generates that episode's next turn."""
+    ...
+
+
+class SlotPolicy(Policy, Protocol):
+  """A policy with a fixed number of slots whose episodes start and continue independently (continuous batching:
+  `Controller.run(questions, slots=...)`)."""
+
+  def open(self, slots: int) -> int:
+    """Opens at least `slots` empty slots; returns how many there are."""
+    ...
+
+  def advance(self, starts: Sequence[tuple[int, int, Sequence[Message]]],
+              continues: Sequence[tuple[int, str]]) -> list[Turn]:
+    """One generation over the slots: each `(slot, episode id, conversation)` of `starts` opens a new episode in
+    that slot (dropping what it held) and each `(slot, user message)` of `continues` appends a user message to
+    its slot's episode; returns the next turn of every start, then of every continue."""
     ...
 
 
@@ -100,7 +121,7 @@ class LLMPolicy:
     self._finish: list[str] = []
     self._round = 0
 
-  def begin(self, conversations: Sequence[Sequence[Message]]) -> list[Turn]:
+  def _prompts(self, conversations: Sequence[Sequence[Message]]) -> list[list[int]]:
     prompts = [self.tokenizer.encode(render_chatml(c), add_special_tokens=False) for c in conversations]
     limit = prompt_token_limit(self.sampler, self.config)
     for n, p in enumerate(prompts):
@@ -108,6 +129,10 @@ class LLMPolicy:
         where = f" (question {n + 1} of {len(prompts)})" if len(prompts) > 1 else ""
         raise PromptTooLongError(f"the question is too long{where}: its prompt is {len(p)} tokens and this model "
                                  f"takes at most {limit} (leaving {self.config.max_new_tokens} for the reply)")
+    return prompts
+
+  def begin(self, conversations: Sequence[Sequence[Message]]) -> list[Turn]:
+    prompts = self._prompts(conversations)
     self._round = 0
     self._history = [list(p) for p in prompts]
     self._finish = ["" for _ in prompts]
@@ -145,6 +170,60 @@ class LLMPolicy:
   def _constraint(self) -> TokenConstraint | None:
     return None if self.actions is None else self.actions.for_round(self._round)
 
+  # ------------------------------------------------------------------------------ continuous batching
+  def open(self, slots: int) -> int:
+    """Continuous batching over `slots` rows of one KV cache, rounded up to the sampler's batch bucket (`SlotPolicy`;
+    returns the slot count). Needs `reuse_kv`: a slot's episode lives in its cache rows."""
+    if not self.reuse_kv:
+      raise ValueError("continuous batching needs reuse_kv=True (each slot keeps its episode's KV cache)")
+    if slots < 1:
+      raise ValueError(f"slots must be >= 1, got {slots}")
+    self._state = self.sampler.empty_state(slots, self.config)
+    n = self._state.batch
+    self._history, self._finish = [[] for _ in range(n)], ["" for _ in range(n)]
+    self._slot_round, self._slot_episode = [0] * n, [0] * n
+    return n
+
+  def advance(self, starts: Sequence[tuple[int, int, Sequence[Message]]],
+              continues: Sequence[tuple[int, str]]) -> list[Turn]:
+    """See `SlotPolicy.advance`. Each row samples from its own stream keyed by its round's seed and its episode
+    id (with `row_ids`, the episode's row id), so an episode draws the same tokens whichever episodes share its
+    calls. Its turns equal the static loop's (`begin`/`step`) when greedy, and when sampled with `row_ids` (the
+    same streams), up to float rounding across batch shapes."""
+    if self._state is None or not hasattr(self, "_slot_round"):
+      raise ValueError("LLMPolicy.advance() called before open()")
+    slots = [s for s, *_ in starts] + [s for s, _ in continues]
+    if len(set(slots)) != len(slots) or any(not 0 <= s < self._state.batch for s in slots):
+      raise ValueError(f"advance(): slots {slots} must be distinct and below {self._state.batch}")
+    prompts = self._prompts([c for *_, c in starts])
+    self.sampler.reset_rows(self._state, [s for s, *_ in starts])
+    feed: list[list[int] | None] = [None] * self._state.batch
+    for (slot, episode, _), prompt in zip(starts, prompts):
+      self._history[slot], self._finish[slot] = list(prompt), ""
+      self._slot_round[slot], self._slot_episode[slot] = 0, episode
+      feed[slot] = prompt
+    chunks = []
+    for slot, message in continues:
+      chunk = self.tokenizer.encode(continuation_text(self._finish[slot], message), add_special_tokens=False)
+      self._history[slot].extend(chunk)
+      self._slot_round[slot] += 1
+      feed[slot] = chunk
+      chunks.append(chunk)
+    ids = [self._slot_episode[s] if self.row_ids is None else self.row_ids[self._slot_episode[s]]
+           for s in range(self._state.batch)]
+    seeds = [self.config.seed + 7919 * r for r in self._slot_round]  # `step`'s per-round seed
+    constraint, first = None, None
+    if self.actions is not None:
+      constraint, (any_start, answer_start) = self.actions.merged
+      first = [answer_start if r >= self.actions.last_round else any_start for r in self._slot_round]
+    out = self.sampler.continue_(self._state, feed, self.config, constraint=constraint, row_ids=ids,
+                                 constraint_starts=first, row_seeds=seeds)
+    self._state = out.state
+    order = np.argsort(np.argsort(slots))  # the sampler returns rows by slot; give them back in call order
+    out = dataclasses.replace(out, tokens=[out.tokens[i] for i in order], logprobs=[out.logprobs[i] for i in order],
+                              finish_reason=[out.finish_reason[i] for i in order])
+    return self._turns(slots, prompts + chunks, out)
+
   def _turns(self, rows: Sequence[int], contexts: Sequence[list[int]], out: SampleOutput) -> list[Turn]:
     turns = []
     for r, context, ids, logprobs, reason in zip(rows, contexts, out.tokens, out.logprobs, out.finish_reason):
@@ -177,6 +256,13 @@ class ActionConstraints:
 
   def for_round(self, round_index: int) -> TokenConstraint:
     return self.answer_only if round_index >= self.last_round else self.any_action
+
+  @functools.cached_property
+  def merged(self) -> tuple[TokenConstraint, tuple[int, int]]:
+    """Both automata in one table and their start states (any action, answer only): rows at different rounds
+    share a decode call under continuous batching."""
+    table, starts = merge_constraints([self.any_action, self.answer_only])
+    return table, (starts[0], starts[1])
 
 
 class ChatCompleter:

@@ -197,6 +197,20 @@ class TokenConstraint(NamedTuple):
   start: Int[jax.Array, ""]
 
 
+def merge_constraints(constraints: Sequence[TokenConstraint]) -> tuple[TokenConstraint, list[int]]:
+  """One table holding several automata side by side (state ids offset), and each one's start state in it: rows
+  of one decode call can then run under different automata (`Sampler.continue_(constraint_starts=...)`)."""
+  if not constraints:
+    raise ValueError("merge_constraints needs at least one constraint")
+  offsets = np.cumsum([0] + [int(c.allowed.shape[0]) for c in constraints])
+  small = np.int16 if offsets[-1] <= np.iinfo(np.int16).max else np.int32
+  nxt = [np.asarray(c.next_state).astype(np.int64) + o for c, o in zip(constraints, offsets)]
+  merged = TokenConstraint(jnp.concatenate([c.allowed for c in constraints]),
+                           jnp.asarray(np.concatenate(nxt).astype(small)),
+                           jnp.concatenate([c.final for c in constraints]), constraints[0].start)
+  return merged, [int(c.start) + int(o) for c, o in zip(constraints, offsets)]
+
+
 def _bytes_to_unicode() -> dict[str, int]:
   """GPT-2's byte-level alphabet (printable stand-ins for the 256 bytes), inverted: character -> byte."""
   bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))

@@ -13,7 +13,9 @@ Throughput design:
   resumes on device from where it stopped); stop token ids are checked on device every step;
 * identical prompts of one `generate` call (an RL group's samples) are prefilled once and their cache rows forked;
 * `continue_` appends new tokens (a tool result, a user message) at each row's own cache offset and keeps decoding,
-  without re-prefilling the conversation.
+  without re-prefilling the conversation;
+* `reset_rows` empties chosen rows of a live state, so a finished conversation's slot takes a new one while the
+  other rows keep their caches (continuous batching, `m3jax.agent.control.Controller.run(slots=...)`).
 
 Log-probs are log p(token) under softmax(logits / temperature) (temperature 1 when greedy), before top-k/top-p
 truncation — the behaviour policy's log-probs that the RL learner uses as the old policy.
@@ -152,6 +154,8 @@ class Sampler:
     self.compilations = 0  # programs traced by this sampler's calls (samplers of one model share programs)
     self.prefill_tokens = 0  # tokens run through a prefill, over this sampler's calls
     self.prefill_tokens_saved = 0  # prompt tokens not prefilled because an identical prompt's rows were forked
+    self.decode_row_steps = 0  # batch rows x decode steps run (every row of the bucket computes each step)
+    self.decode_tokens = 0  # tokens sampled; decode_tokens / decode_row_steps is the decode's slot utilisation
 
   # ------------------------------------------------------------------------------------------- public API
   def generate(self, prompts: Sequence[Sequence[int]], config: SamplingConfig | None = None, cache=None,
@@ -178,14 +182,40 @@ class Sampler:
 
   def continue_(self, state: DecodeState, new_tokens: Sequence[Sequence[int] | None],
                 config: SamplingConfig | None = None, seed: int | None = None,
-                constraint: TokenConstraint | None = None, row_ids: Sequence[int] | None = None) -> SampleOutput:
+                constraint: TokenConstraint | None = None, row_ids: Sequence[int] | None = None,
+                constraint_starts: Sequence[int] | None = None,
+                row_seeds: Sequence[int] | None = None) -> SampleOutput:
     """Appends `new_tokens[b]` to row b's history and decodes; rows given None (or beyond the list) stay idle.
-    With `constraint`, this call's output starts in the automaton's start state; `row_ids` as in `generate`
-    (one per row of the state)."""
+    With `constraint`, this call's output starts in the automaton's start state, or in `constraint_starts[b]`
+    (one state per row of `new_tokens`: rows of one call under different automata merged into one table);
+    `row_ids` as in `generate` (one per row of the state), each row's stream seeded by `row_seeds[b]` instead
+    of `seed` when given (with `row_ids` only)."""
     cfg = config or self.config
     traces = _TRACES[0]
     rows, active, logits, cache = self._prefill_rows(state, new_tokens, cfg)
-    return self._decode_rows(state, cache, logits, rows, active, cfg, seed, constraint, traces, row_ids)
+    return self._decode_rows(state, cache, logits, rows, active, cfg, seed, constraint, traces, row_ids,
+                             constraint_starts, row_seeds)
+
+  def empty_state(self, batch: int, config: SamplingConfig | None = None) -> DecodeState:
+    """A state of `batch` empty rows (bucketed) for `continue_`: the slots of continuous batching."""
+    cfg = config or self.config
+    batch = _bucket(batch, cfg.batch_buckets)
+    return DecodeState(self._new_cache(batch, cfg.length_buckets[0]), [[] for _ in range(batch)], batch)
+
+  def reset_rows(self, state: DecodeState, rows: Sequence[int]) -> DecodeState:
+    """Empties `rows` of `state` (history and cache length; their stale cache entries are never read again,
+    since attention reads a row only up to its length), so `continue_` can start a new conversation there while
+    the other rows keep theirs."""
+    if not rows:
+      return state
+    if max(rows) >= state.batch or min(rows) < 0:
+      raise ValueError(f"rows {sorted(rows)} outside a decode state of {state.batch} rows")
+    for b in rows:
+      state.history[b] = []
+    keep = np.ones((state.batch,), bool)
+    keep[list(rows)] = False
+    state.cache = state.cache.replace(length=jnp.where(jnp.asarray(keep), state.cache.length, 0))
+    return state
 
   def decode_text(self, tokens: Sequence[int]) -> str:
     if self.tokenizer is None:
@@ -244,7 +274,7 @@ class Sampler:
     return rows, active, logits, cache
 
   def _decode_rows(self, state, cache, logits, rows, active, cfg, seed, constraint, traces,
-                   row_ids=None) -> SampleOutput:
+                   row_ids=None, constraint_starts=None, row_seeds=None) -> SampleOutput:
     if constraint is not None and constraint.allowed.shape[1] != logits.shape[-1]:
       raise ValueError(f"the constraint covers {constraint.allowed.shape[1]} tokens but the model has "
                        f"{logits.shape[-1]}")
@@ -255,8 +285,20 @@ class Sampler:
         raise ValueError(f"{len(row_ids)} row ids for a batch of {len(rows)} rows")
       ids = np.zeros((len(rows),), np.uint32)
       ids[:len(row_ids)] = row_ids
-      key = jax.vmap(jax.random.fold_in, (None, 0))(key, jnp.asarray(ids))
-    out_tok, out_logp, n_gen, done, cache = self._run_decode(cache, logits, ~active, key, cfg, constraint)
+      if row_seeds is None:
+        key = jax.vmap(jax.random.fold_in, (None, 0))(key, jnp.asarray(ids))
+      else:  # rows at different rounds of their conversations (continuous batching): a seed per row as well
+        seeds = np.full((len(rows),), seed, np.uint32)
+        seeds[:len(row_seeds)] = row_seeds
+        key = jax.vmap(lambda s, i: jax.random.fold_in(jax.random.PRNGKey(s), i))(jnp.asarray(seeds),
+                                                                                  jnp.asarray(ids))
+    starts = None
+    if constraint is not None and constraint_starts is not None:
+      if len(constraint_starts) > len(rows):
+        raise ValueError(f"{len(constraint_starts)} constraint starts for a batch of {len(rows)} rows")
+      starts = np.full((len(rows),), int(constraint.start), np.int32)
+      starts[:len(constraint_starts)] = constraint_starts
+    out_tok, out_logp, n_gen, done, cache = self._run_decode(cache, logits, ~active, key, cfg, constraint, starts)
     self.compilations += _TRACES[0] - traces
     return self._finish(state, cache, out_tok, out_logp, n_gen, done, rows, cfg, constraint is not None)
 
@@ -275,13 +317,14 @@ class Sampler:
     return cache.replace(k=jnp.pad(cache.k, pad), v=jnp.pad(cache.v, pad))
 
   def _run_decode(self, cache, logits, idle: np.ndarray, key: jax.Array, cfg: SamplingConfig,
-                  constraint: TokenConstraint | None = None):
+                  constraint: TokenConstraint | None = None, starts: np.ndarray | None = None):
     B, N = idle.shape[0], cfg.max_new_tokens
     carry = dict(step=jnp.int32(0), logits=logits, done=jnp.asarray(idle), n_gen=jnp.zeros((B,), jnp.int32),
                  tokens=jnp.zeros((B, N), jnp.int32), logp=jnp.zeros((B, N), jnp.float32),
                  key=key)
     if constraint is not None:
-      carry["automaton"] = jnp.full((B,), constraint.start, jnp.int32)
+      carry["automaton"] = (jnp.full((B,), constraint.start, jnp.int32) if starts is None else
+                            jnp.asarray(starts, jnp.int32))
     if cfg.frequency_penalty or cfg.presence_penalty:
       carry["counts"] = jnp.zeros((B, logits.shape[-1]), jnp.int32)
     interval = cfg.stop_check_interval if cfg.stop_strings else N
@@ -303,6 +346,8 @@ class Sampler:
           done = done | text_done
       if done.all() or step >= N:
         break
+    self.decode_row_steps += B * int(carry["step"])
+    self.decode_tokens += int(np.asarray(jax.device_get(carry["n_gen"])).sum())
     return carry["tokens"], carry["logp"], carry["n_gen"], carry["done"], cache
 
   def _finish(self, state, cache, out_tok, out_logp, n_gen, done, rows, cfg, constrained=False) -> SampleOutput:

@@ -103,6 +103,10 @@ class RLConfig:
   lora_rank: int = 0
   lora_alpha: float = 16.0
   lora_targets: tuple[str, ...] = LoRAConfig.targets
+  # rollouts through this many continuously refilled KV-cache rows (`Controller.run(slots=...)`): a trajectory's
+  # row passes to a waiting one as soon as it answers. 0 = all trajectories of a rollout as one static batch,
+  # whose groups prefill their shared prompt once. Trajectories are the same either way (per-row streams)
+  rollout_slots: int = 0
   eval_every: int = 0  # 0: no held-out evaluation during training
   eval_questions: int = 32
   seed: int = 1
@@ -119,6 +123,8 @@ class RLConfig:
       raise ValueError(f"advantage={self.advantage!r}; expected 'grpo' or 'taura'")
     if self.steps < 0 or self.batch_questions < 1 or self.group_size < 1 or self.save_every < 1:
       raise ValueError("steps >= 0, batch_questions, group_size and save_every >= 1 are required")
+    if self.rollout_slots < 0:
+      raise ValueError(f"rollout_slots must be >= 0, got {self.rollout_slots}")
     if self.warm_start_steps < 0 or self.warm_start_questions < 1 or self.warm_start_lr <= 0:
       raise ValueError("warm_start_steps >= 0, warm_start_questions >= 1 and warm_start_lr > 0 are required")
     self.lora  # validates the LoRA fields
@@ -210,7 +216,8 @@ class RLProgram:
     sampler = Sampler(model, sampling, self.tokenizer, share_prefix=True)
     policy = LLMPolicy(sampler, self.tokenizer, sampling, row_ids=row_ids)
     questions = _questions(records, g)
-    trajs = Controller(policy, self.searcher, c.control).run(questions)
+    slots = min(c.rollout_slots, len(questions)) if c.rollout_slots and row_ids is not None else None
+    trajs = Controller(policy, self.searcher, c.control).run(questions, slots=slots)
     self.prefill_tokens += sampler.prefill_tokens
     self.prefill_tokens_saved += sampler.prefill_tokens_saved
     verdicts = self.judge.judge([JudgeItem(t.question, t.ground_truth, t.response) for t in trajs])

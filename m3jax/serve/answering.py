@@ -107,16 +107,17 @@ class RetrievalAnswerer:
 
 
 class ControllerAnswerer:
-  """The M3-Agent control loop (a policy + memory search) over the batch's spaces."""
+  """The M3-Agent control loop (a policy + memory search) over the batch's spaces; a slot policy (the LLM's) runs
+  a batch through `slots` continuously refilled KV-cache rows (`Controller.run(slots=...)`)."""
 
-  def __init__(self, policy, max_rounds: int, store: SpaceStore):
+  def __init__(self, policy, max_rounds: int, store: SpaceStore, slots: int = 16):
     from m3jax.agent.control import ControlConfig
-    self.policy, self.store = policy, store
+    self.policy, self.store, self.slots = policy, store, slots
     self.control_config = ControlConfig(max_rounds=max_rounds)
 
   @classmethod
   def from_llm(cls, llm: str, max_new_tokens: int, max_rounds: int, store: SpaceStore, seed: int = 0,
-               adapter: str | None = None) -> "ControllerAnswerer":
+               adapter: str | None = None, slots: int = 16) -> "ControllerAnswerer":
     """With the LLM policy (`m3jax.models.llm.load_llm` name or path): with `adapter` (a LoRA adapter file, ""
     = the shipped one) the trained controller, greedy with the protocol its adapter records; without, the
     prompted model with the reference's control sampling."""
@@ -133,7 +134,7 @@ class ControllerAnswerer:
     stop = tuple(tokenizer.encode("<|im_end|>", add_special_tokens=False)[:1])
     sampling = SamplingConfig(max_new_tokens=max_new_tokens, greedy=control is not None, temperature=0.6,
                               top_p=0.95, top_k=20, stop_token_ids=stop, seed=seed)
-    out = cls(LLMPolicy(Sampler(model, sampling, tokenizer), tokenizer, sampling), max_rounds, store)
+    out = cls(LLMPolicy(Sampler(model, sampling, tokenizer), tokenizer, sampling), max_rounds, store, slots)
     if control is not None:
       out.control_config = control
     return out
@@ -145,7 +146,8 @@ class ControllerAnswerer:
                           graph_key=it.space.id, before_clip=it.before_clip) for i, (it, gi) in
                  enumerate(zip(items, where))]
     searcher = SpacesSearcher(spaces, self.store.embed_fn, self.store.search_config)
-    trajs = Controller(self.policy, searcher, self.control_config).run(questions)
+    slots = min(self.slots, len(questions)) if self.slots and hasattr(self.policy, "advance") else None
+    trajs = Controller(self.policy, searcher, self.control_config).run(questions, slots=slots)
     return [{"mode": "controller", "answer": t.response,
              "trajectory": [{"round": i, "action": r.action, "query": r.content, "route": r.route,
                              "retrieved_clips": list(r.retrieved_clips), "result": r.result_text}

@@ -166,10 +166,11 @@ def create_app(config: ServeConfig, keys: KeyRing | None = None, policy=None) ->
     warm.set()
   store = SpaceStore(config.data_dir, config.graph, config.search, cache, config.snapshot_every)
   if policy is not None:
-    answer = ControllerAnswerer(policy, config.max_rounds, store)
+    answer = ControllerAnswerer(policy, config.max_rounds, store, config.slots)
   elif config.answerer in ("trained", "controller"):
     answer = ControllerAnswerer.from_llm(config.llm, config.max_new_tokens, config.max_rounds, store,
-                                         adapter=config.adapter if config.answerer == "trained" else None)
+                                         adapter=config.adapter if config.answerer == "trained" else None,
+                                         slots=config.slots)
   else:
     answer = RetrievalAnswerer(store)
   batcher = Batcher(answer, config.max_batch, config.max_wait_ms / 1000)

@@ -27,6 +27,8 @@ class ServeConfig:
   max_new_tokens: int = 192
   max_rounds: int = 5
   max_batch: int = 64                     # questions per answering batch
+  slots: int = 16                         # KV-cache rows a batch's questions share (continuous batching; 0 = the
+                                          # whole batch as one static batch)
   max_wait_ms: float = 5.0                # how long the first queued question waits for company
   max_questions_per_request: int = 256
   max_upload_mb: float = 512.0
@@ -55,8 +57,8 @@ class ServeConfig:
       raise ValueError(f"ServeConfig.embedder must be minilm, hashed or a *.embedder.json, got {self.embedder!r}")
     if self.answerer not in ("trained", "controller", "retrieval"):
       raise ValueError(f"ServeConfig.answerer must be trained/controller/retrieval, got {self.answerer!r}")
-    if self.max_batch < 1 or self.max_wait_ms < 0 or self.max_questions_per_request < 1:
-      raise ValueError("ServeConfig.max_batch/max_questions_per_request must be >= 1 and max_wait_ms >= 0")
+    if self.max_batch < 1 or self.max_wait_ms < 0 or self.max_questions_per_request < 1 or self.slots < 0:
+      raise ValueError("ServeConfig.max_batch/max_questions_per_request must be >= 1, max_wait_ms and slots >= 0")
     if self.max_upload_mb <= 0 or self.max_body_kb <= 0 or self.snapshot_every < 1:
       raise ValueError("ServeConfig.max_upload_mb/max_body_kb/snapshot_every must be positive")
     if any(n < 1 for n in self.warmup_lengths):
