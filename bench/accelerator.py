@@ -178,7 +178,7 @@ def decode(name: str, sz: Sizes, hw: dict) -> dict:
   from flax import nnx
 
   from m3jax.models.decoder import Decoder
-  from m3jax.models.sampling import Sampler, SamplingConfig, _prefill
+  from m3jax.engine.sampling import Sampler, SamplingConfig, _prefill
   cfg = qwen3(name, sz.tiny)
   model = Decoder(cfg, rngs=nnx.Rngs(0))
   weight_bytes = sum(x.nbytes for x in jax.tree.leaves(nnx.state(model)))
@@ -285,7 +285,7 @@ def memorize_clips_s(sz: Sizes) -> float:
   from m3jax.agent.omni_writer import ClipMedia, OmniWriter
   from m3jax.models.omni.processor import ProcessorConfig
   from m3jax.models.omni.thinker import Thinker
-  from m3jax.models.sampling import SamplingConfig
+  from m3jax.engine.sampling import SamplingConfig
   cfg, chat, tok = omni_slice(sz.slice_layers, sz.tiny)
   proc = ProcessorConfig(n_mels=cfg.audio.num_mel_bins, patch_size=cfg.vision.patch_size)
   if sz.tiny:

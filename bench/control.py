@@ -33,7 +33,7 @@ from m3jax.memory.fixture_embedder import HashedBowEmbedder
 from m3jax.memory.graph import MemoryGraph
 from m3jax.memory.search import MemorySearcher, SearchConfig
 from m3jax.models.llm import load_llm
-from m3jax.models.sampling import Sampler, SamplingConfig
+from m3jax.engine.sampling import Sampler, SamplingConfig
 from m3jax.models.weights.gguf import smollm2_path
 from competitors import require  # bench/competitors.py (bench/ leads sys.path)
 

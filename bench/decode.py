@@ -103,7 +103,7 @@ def _m3_times(model, prompts, new: int, slots: int, best) -> tuple[float, float]
   import jax
   import jax.numpy as jnp
 
-  from m3jax.models.sampling import Sampler, SamplingConfig, _prefill
+  from m3jax.engine.sampling import Sampler, SamplingConfig, _prefill
 
   batch, n = prompts.shape
   cfg = SamplingConfig(max_new_tokens=new, greedy=True, length_buckets=(n, slots))

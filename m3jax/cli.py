@@ -295,7 +295,7 @@ def add_chat(sub) -> None:
 
 def chat_config(tokenizer, max_new_tokens: int = 256, temperature: float = 0.0, top_p: float = 1.0, seed: int = 0):
   """The chat's sampling settings: greedy at temperature 0, stops at the tokenizer's EOS and <|im_end|>."""
-  from m3jax.models.sampling import SamplingConfig
+  from m3jax.engine.sampling import SamplingConfig
 
   stop = tuple(i for i in {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")} if isinstance(i, int))
   return SamplingConfig(max_new_tokens=max_new_tokens, greedy=temperature == 0, temperature=temperature or 1.0,
@@ -337,7 +337,7 @@ class Chat:
 
 def run_chat(args) -> int:
   from m3jax.models.llm import load_llm
-  from m3jax.models.sampling import Sampler
+  from m3jax.engine.sampling import Sampler
   from m3jax.models.tokenizer import chat_ids
 
   model, tok = load_llm(args.llm)

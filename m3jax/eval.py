@@ -225,7 +225,7 @@ def _answer_into(work: pathlib.Path, todo: list[BenchQuestion], cfg: EvalConfig,
 
 
 def _sampling(cfg: EvalConfig, tokenizer, max_new_tokens: int, greedy: bool):
-  from m3jax.models.sampling import SamplingConfig
+  from m3jax.engine.sampling import SamplingConfig
   encoded = (tokenizer.encode(t, add_special_tokens=False) for t in ("<|im_end|>", "<|endoftext|>"))
   stops = tuple(dict.fromkeys(ids[0] for ids in encoded if len(ids) == 1))
   return SamplingConfig(max_new_tokens=max_new_tokens, greedy=greedy, temperature=cfg.temperature,
@@ -276,7 +276,7 @@ def build_controller_factory(cfg: EvalConfig, graph_paths: dict[str, pathlib.Pat
   from m3jax.agent.policy import LLMPolicy
   from m3jax.memory.search import MemorySearcher, SearchConfig
   from m3jax.models.llm import load_llm
-  from m3jax.models.sampling import Sampler
+  from m3jax.engine.sampling import Sampler
 
   control = ControlConfig(max_rounds=cfg.max_rounds)
   if cfg.answerer in ("trained", "llm"):

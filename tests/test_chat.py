@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from m3jax.cli import Chat, chat_config
-from m3jax.models.sampling import Sampler
+from m3jax.engine.sampling import Sampler
 from m3jax.models.tokenizer import chat_ids
 
 TURNS = ["What is the capital of France?", "And of Italy?", "Which one is bigger?"]

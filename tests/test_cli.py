@@ -146,7 +146,7 @@ def test_llm_policy_refuses_a_question_longer_than_the_model_before_allocating()
   from m3jax.agent.control import Controller, ControlConfig, Question
   from m3jax.agent.policy import LLMPolicy, PromptTooLongError, prompt_token_limit
   from m3jax.models.decoder import Decoder, DecoderConfig
-  from m3jax.models.sampling import Sampler, SamplingConfig
+  from m3jax.engine.sampling import Sampler, SamplingConfig
   from m3jax.models.tokenizer import load_tokenizer
   from m3jax.models.weights.gguf import smollm2_path
 

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from m3jax.config import apply_overrides, load_config
-from m3jax.models.sampling import SamplingConfig
+from m3jax.engine.sampling import SamplingConfig
 from m3jax.models.tokenizer import chat_ids, qwen_tokenizer
 
 

@@ -9,9 +9,9 @@ import pytest
 from m3jax.agent.observations import ClipObservation, FaceObservation, SpeechObservation
 from m3jax.agent.policy import ChatCompleter
 from m3jax.agent.writers import CONTRACT_KEYS, LLMWriter, parse_writer_output, writer_constraint
-from m3jax.models.constrained import DEAD, TokenConstraint, compile_constraint, json_string_lists, token_bytes
+from m3jax.engine.constrained import DEAD, TokenConstraint, compile_constraint, json_string_lists, token_bytes
 from m3jax.models.decoder import Decoder, DecoderConfig
-from m3jax.models.sampling import Sampler, SamplingConfig
+from m3jax.engine.sampling import Sampler, SamplingConfig
 
 DFA = json_string_lists(CONTRACT_KEYS)
 VALID = [

@@ -16,7 +16,7 @@ from m3jax.memory.graph import MemoryGraph
 from m3jax.memory.search import MemorySearcher, SearchConfig
 from m3jax.models.decoder import Decoder, DecoderConfig
 from m3jax.models.llm import load_llm
-from m3jax.models.sampling import Sampler, SamplingConfig
+from m3jax.engine.sampling import Sampler, SamplingConfig
 from m3jax.models.tokenizer import load_tokenizer
 from m3jax.models.weights.gguf import smollm2_path
 

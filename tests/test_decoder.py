@@ -117,7 +117,7 @@ def hf_smollm2():
 
 @pytest.mark.slow
 def test_smollm2_real_weights_logits_and_greedy_match_transformers(smollm2, hf_smollm2):
-  from m3jax.models.sampling import Sampler, SamplingConfig
+  from m3jax.engine.sampling import Sampler, SamplingConfig
   from m3jax.models.tokenizer import chat_ids
   model, tok = smollm2
   prompts = [chat_ids(tok, [{"role": "user", "content": q}])

@@ -13,7 +13,7 @@ import test_rl_learner as rl_tests
 from m3jax import checkpoint
 from m3jax.models import lora
 from m3jax.models.decoder import Decoder, DecoderConfig
-from m3jax.models.sampling import Sampler, SamplingConfig
+from m3jax.engine.sampling import Sampler, SamplingConfig
 from m3jax.rl import learner as learner_lib
 
 # biases on every projection, so the adapter is added to the biased output

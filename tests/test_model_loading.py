@@ -21,7 +21,7 @@ from safetensors.numpy import load_file, save_file
 from m3jax.models.decoder import DecoderConfig, attention
 from m3jax.models.causal_attention import causal_attention
 from m3jax.models.hf_config import UnsupportedConfig
-from m3jax.models.sampling import Sampler, SamplingConfig
+from m3jax.engine.sampling import Sampler, SamplingConfig
 from m3jax.models.weights.hf import WeightLoadError, load_hf, save_hf
 
 from conftest import CONFIGS

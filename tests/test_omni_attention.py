@@ -14,10 +14,10 @@ from flax import nnx
 from m3jax.models.causal_attention import causal_attention
 from m3jax.models.decoder import attention, chunked_attention
 from m3jax.models.omni.common import SegmentLayout, segment_attention
-from m3jax.models.omni.generate import generate
+from m3jax.engine.omni_generate import generate
 from m3jax.models.omni.processor import ProcessorConfig
 from m3jax.models.omni.thinker import Thinker
-from m3jax.models.sampling import SamplingConfig
+from m3jax.engine.sampling import SamplingConfig
 from m3jax.models.omni.chat import ByteTokenizer, MemoryExample, collate, encode_example
 from m3jax.sft.loss import thinker_loss
 from m3jax.sft.run import TinyThinker

@@ -8,10 +8,10 @@ import numpy as np
 from flax import nnx
 
 from m3jax.agent.observations import ClipObservation, FaceObservation, SpeechObservation
-from m3jax.models.omni.generate import generate
+from m3jax.engine.omni_generate import generate
 from m3jax.models.omni.processor import ProcessorConfig
 from m3jax.models.omni.thinker import Thinker
-from m3jax.models.sampling import SamplingConfig
+from m3jax.engine.sampling import SamplingConfig
 from m3jax.models.omni.chat import ByteTokenizer, MemoryExample, collate, encode_example
 from m3jax.agent.omni_writer import ClipMedia, OmniWriter
 from m3jax.sft.run import TinyThinker

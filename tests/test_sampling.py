@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from m3jax.models.sampling import Sampler, SamplingConfig, sample_token
+from m3jax.engine.sampling import Sampler, SamplingConfig, sample_token
 from m3jax.models.weights.hf import load_hf
 from m3jax.parallel import make_mesh
 

@@ -15,7 +15,7 @@ from jax.sharding import PartitionSpec as P
 from transformers import WhisperForConditionalGeneration
 
 from m3jax.models.decoder import logical_axes
-from m3jax.models.sampling import Sampler, SamplingConfig
+from m3jax.engine.sampling import Sampler, SamplingConfig
 from m3jax.models.weights.whisper_weights import load_whisper
 from m3jax.parallel import make_mesh
 from m3jax.perception.asr import Transcriber

@@ -181,7 +181,7 @@ class LLMAnswerer:
     from m3jax.agent.control import ControlConfig, Controller
     from m3jax.agent.policy import ActionConstraints, LLMPolicy
     from m3jax.models.llm import load_llm
-    from m3jax.models.sampling import Sampler, SamplingConfig
+    from m3jax.engine.sampling import Sampler, SamplingConfig
 
     if adapter is not None:
       model, tokenizer, control, max_new_tokens = load_trained_controller(llm, adapter)

@@ -226,7 +226,7 @@ def make_judge(kind: str, judge_model: str = "smollm2-135m-instruct", http: HTTP
     return RuleJudge(kind)
   from m3jax.agent.policy import ChatCompleter
   from m3jax.models.llm import load_llm
-  from m3jax.models.sampling import Sampler, SamplingConfig
+  from m3jax.engine.sampling import Sampler, SamplingConfig
 
   model, tok = load_llm(judge_model)
   encoded = (tok.encode(t, add_special_tokens=False) for t in ("<|im_end|>", "<|endoftext|>"))

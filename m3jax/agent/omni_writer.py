@@ -26,10 +26,10 @@ import numpy as np
 from m3jax.agent.observations import ClipMemories, ClipObservation
 from m3jax.agent.writers import (MEMORY_PROMPT, FallbackState, TemplateWriter, WriterOutputError,
                                  _mmss, parse_writer_output)
-from m3jax.models.omni.generate import generate
+from m3jax.engine.omni_generate import generate
 from m3jax.models.omni.processor import MediaInputError, ProcessorConfig, sample_frame_indices
 from m3jax.models.omni.thinker import Thinker
-from m3jax.models.sampling import SamplingConfig
+from m3jax.engine.sampling import SamplingConfig
 from m3jax.models.omni.chat import ChatTokens, MemoryExample, TextTokenizer, collate, encode_example
 
 
@@ -101,7 +101,7 @@ Generate = Callable[[Thinker, Any, SamplingConfig], Any]  # (model, ThinkerInput
 
 class OmniWriter(FallbackState):
   """Memories from the Omni thinker; `tokenizer` needs encode(text) and decode(ids). `generate_fn` is the
-  completion step (m3jax.models.omni.generate.generate: thinker prefill + sampler decode)."""
+  completion step (m3jax.engine.omni_generate.generate: thinker prefill + sampler decode)."""
   name = "omni"
 
   def __init__(self, model: Thinker, tokenizer: TextTokenizer, chat: ChatTokens,

@@ -20,9 +20,9 @@ import numpy as np
 from jaxtyping import Float
 
 from m3jax.agent.prompts import ASSISTANT_PREFIX, END_OF_TURN, Message, render_chatml, render_chatml_message
-from m3jax.models.constrained import (TokenConstraint, compile_constraint, merge_constraints, prefixed_line,
+from m3jax.engine.constrained import (TokenConstraint, compile_constraint, merge_constraints, prefixed_line,
                                      token_bytes)
-from m3jax.models.sampling import SampleOutput, Sampler, SamplingConfig
+from m3jax.engine.sampling import SampleOutput, Sampler, SamplingConfig
 
 
 @dataclasses.dataclass

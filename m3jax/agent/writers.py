@@ -23,7 +23,7 @@ from collections import Counter
 from typing import Any, Callable, Protocol, Sequence
 
 from m3jax.agent.observations import ClipMemories, ClipObservation
-from m3jax.models.constrained import TokenConstraint, compile_constraint, json_string_lists, token_bytes
+from m3jax.engine.constrained import TokenConstraint, compile_constraint, json_string_lists, token_bytes
 from m3jax.memory.tags import is_equivalence, parse_entities
 
 Message = dict[str, str]
@@ -309,7 +309,7 @@ def writer_chat(llm: str, max_new_tokens: int = 512, adapter: str | pathlib.Path
   `adapter`: a trained writer's adapter file; its LoRA adapters are folded into the LLM's weights (`lora.merged`)."""
   from m3jax.agent.policy import ChatCompleter
   from m3jax.models.llm import load_llm
-  from m3jax.models.sampling import Sampler, SamplingConfig
+  from m3jax.engine.sampling import Sampler, SamplingConfig
 
   model, tokenizer = load_llm(llm)
   if adapter is not None:

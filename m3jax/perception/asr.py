@@ -19,7 +19,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
 
-from m3jax.models.sampling import Sampler, SamplingConfig
+from m3jax.engine.sampling import Sampler, SamplingConfig
 from m3jax.models.weights.whisper_weights import load_whisper
 from m3jax.models.whisper import Whisper, WhisperCache, cache_logical_axes
 from m3jax.parallel import named_sharding

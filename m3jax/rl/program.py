@@ -199,7 +199,7 @@ class RLProgram:
     """Runs G trajectories per record with the current parameters; returns (trajectories, reward parts).
     `row_ids` (one per trajectory) key each trajectory's sampling stream (see `LLMPolicy`)."""
     from m3jax.agent.policy import LLMPolicy
-    from m3jax.models.sampling import Sampler, SamplingConfig
+    from m3jax.engine.sampling import Sampler, SamplingConfig
 
     c = self.cfg
     g = c.group_size if group is None else group

@@ -124,7 +124,7 @@ class ControllerAnswerer:
     from m3jax.agent.answer import load_trained_controller
     from m3jax.agent.policy import LLMPolicy
     from m3jax.models.llm import load_llm
-    from m3jax.models.sampling import Sampler, SamplingConfig
+    from m3jax.engine.sampling import Sampler, SamplingConfig
 
     control = None
     if adapter is not None:

@@ -35,7 +35,7 @@ from flax import nnx
 from jax.sharding import Mesh
 from jaxtyping import Array, Float, Int
 
-from m3jax.models.constrained import TokenConstraint
+from m3jax.engine.constrained import TokenConstraint
 from m3jax.models.decoder import Decoder
 from m3jax.parallel import named_sharding
 

@@ -1,0 +1,13 @@
+"""The generation engine: how tokens are produced, not what the networks are (`models/`) or what they say
+(`agent/`).
+
+* `sampling.Sampler` — jitted prefill and an on-device decode loop over a donated, bucketed KV cache; multi-turn
+  continuation (`continue_`), forked shared prefixes, and slots that take a new conversation while the others
+  keep decoding (`empty_state` / `reset_rows`: the control loop's continuous batching,
+  `m3jax.agent.control.Controller.run(slots=...)`).
+* `constrained` — byte automata (JSON string lists, prefixed lines) compiled into per-state token masks that the
+  decode loop applies.
+* `omni_generate` — Qwen2.5-Omni generation: thinker prefill with media, then the sampler's decode.
+
+Imports flow down only: the engine uses `models/`; the agent, RL, eval and serve call the engine.
+"""
