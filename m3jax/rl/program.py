@@ -37,6 +37,7 @@ from m3jax.data.episodes import EpisodeConfig
 from m3jax.data.memory_qa import QARecord, make_task
 from m3jax.data.questions import check_split
 from m3jax.models.lora import LoRAConfig, attach, export_adapter_file, merged
+from m3jax.rl.flops import learner_step_flops
 from m3jax.rl import advantages as adv_lib
 from m3jax.rl import rollout
 from m3jax.rl.dynamic_sampling import DynamicBatcher, DynamicSamplingConfig, Group
@@ -345,6 +346,9 @@ class RLProgram:
     metrics["train/skipped_total"] = float(self.learner.skipped_steps)
     metrics["time/learn_s"] = dt
     metrics["perf/learn_tokens_per_s"] = float(batch["lengths"].sum()) * len(history) / c.learner.mini_batches / dt
+    flops = learner_step_flops(self.model.cfg, batch["lengths"], int(batch["mask"].sum()), c.lora_rank,
+                               c.lora_targets)["total"] * c.learner.epochs
+    metrics["perf/learn_model_gflop_s"] = flops / dt / 1e9  # model FLOPs (`m3jax.rl.flops`) per second
     return metrics
 
   def run(self) -> list[dict[str, float]]:

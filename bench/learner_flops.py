@@ -1,0 +1,118 @@
+"""The DAPO learner against its FLOP floor: model GFLOP/s of `Learner.update` vs the best jitted matmul, one run.
+
+  python bench/learner_flops.py [--rows 4] [--prompt 256] [--completion 256] [--reps 3]
+
+The model is SmolLM2-135M-Instruct's shape (30 layers, d=576, ff=1536, 9/3 heads, vocabulary 49152, tied
+embeddings) with random weights: FLOPs and time depend on shapes only. One update of `--rows` rows of
+prompt + completion tokens (the completion trained): DAPO loss, AdamW, one mini-batch in micro-batches of 2
+rows, scanned layers and query-chunked attention (128), as configs/rl_controller.py trains, with rank-8 LoRA on
+every projection (the shipped controller's recipe) and with full fine-tuning. Its FLOPs are model FLOPs
+(`m3jax.rl.flops`: useful work, no rematerialisation or padding). The floor is the best rate a jitted float32
+`jnp.matmul` reaches on this machine in the same run, over the step's own projection shapes and 2048³. Every
+program is timed `--reps` times after a compile, in turn; medians.
+
+Final line: RESULT lora_gflop_s=… full_gflop_s=… matmul_gflop_s=… lora_of_floor=… full_of_floor=… cpu=…
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from m3jax.host_memory import retain_freed_memory  # noqa: E402
+from m3jax.models import lora  # noqa: E402
+from m3jax.models.decoder import Decoder, DecoderConfig  # noqa: E402
+from m3jax.rl.flops import learner_step_flops  # noqa: E402
+from m3jax.rl.learner import Learner, LearnerConfig, OptimConfig  # noqa: E402
+from competitors import cpu_model  # noqa: E402  (bench/ leads sys.path)
+
+SMOLLM2 = DecoderConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=30, num_heads=9,
+                        num_kv_heads=3, head_dim=64, rope_theta=100000.0, rms_norm_eps=1e-5, tie_embeddings=True,
+                        max_position_embeddings=8192, attention_chunk=128)  # as RLConfig.attention_chunk
+
+
+def learner_run(rank: int, rows: int, prompt: int, completion: int):
+  """(run, model FLOPs of one update) for a LoRA (rank > 0) or full fine-tuning learner."""
+  model = Decoder(SMOLLM2, rngs=nnx.Rngs(0))
+  if rank:
+    lora.attach(model, lora.LoRAConfig(rank=rank, alpha=2.0 * rank))
+  learner = Learner(model, LearnerConfig(optim=OptimConfig(lr=1e-5), micro_batch=2, layer_loop="scan",
+                                         seq_chunk=256, vocab_chunk=8192))
+  rng = np.random.default_rng(0)
+  t = prompt + completion
+  mask = np.zeros((rows, t), np.float32)
+  mask[:, prompt:] = 1.0
+  batch = {"tokens": rng.integers(5, SMOLLM2.vocab_size, (rows, t)).astype(np.int32),
+           "lengths": np.full((rows,), t, np.int32), "mask": mask,
+           "advantages": (rng.normal(size=(rows, 1)) * mask).astype(np.float32)}
+  batch["old_logp"] = learner.logprobs(batch)[0] * mask
+  flops = learner_step_flops(SMOLLM2, batch["lengths"], int(mask.sum()), rank,
+                             lora.LoRAConfig().targets if rank else ())["total"]
+  step = [0]
+
+  def run():
+    step[0] += 1
+    learner.update(batch, seed=step[0])  # returns host metrics: the step has finished
+  return run, flops
+
+
+def matmul_runs(rows: int, tokens: int) -> dict[str, tuple]:
+  """Jitted float32 matmuls: the update's projection shapes and a large square one."""
+  n = rows * tokens
+  d, ff = SMOLLM2.hidden_size, SMOLLM2.intermediate_size
+  shapes = {"[n,d]x[d,ff]": (n, d, ff), "[n,ff]x[ff,d]": (n, ff, d), "2048^3": (2048, 2048, 2048)}
+  out = {}
+  for name, (m, k, nn) in shapes.items():
+    a = jax.random.normal(jax.random.key(1), (m, k), jnp.float32)
+    b = jax.random.normal(jax.random.key(2), (k, nn), jnp.float32)
+    f = jax.jit(jnp.matmul)
+    out[name] = (lambda f=f, a=a, b=b: jax.block_until_ready(f(a, b)), 2.0 * m * k * nn)
+  return out
+
+
+def main() -> None:
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--rows", type=int, default=4)
+  ap.add_argument("--prompt", type=int, default=256)
+  ap.add_argument("--completion", type=int, default=256)
+  ap.add_argument("--reps", type=int, default=3)
+  args = ap.parse_args()
+  retain_freed_memory()
+  cpu = cpu_model()
+  print(f"cpu: {cpu}, {os.cpu_count()} cores; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+        flush=True)
+  runs = {"lora": learner_run(8, args.rows, args.prompt, args.completion),
+          "full": learner_run(0, args.rows, args.prompt, args.completion),
+          **matmul_runs(args.rows, args.prompt + args.completion)}
+  for run, _ in runs.values():  # compile
+    run()
+  times: dict[str, list[float]] = {k: [] for k in runs}
+  for _ in range(args.reps):
+    for name, (run, _) in runs.items():
+      t0 = time.perf_counter()
+      run()
+      times[name].append(time.perf_counter() - t0)
+  rate = {k: runs[k][1] / statistics.median(v) / 1e9 for k, v in times.items()}
+  for k, v in times.items():
+    print(f"{k:14s} {statistics.median(v) * 1e3:9.1f} ms  {runs[k][1] / 1e9:8.1f} GFLOP  {rate[k]:7.1f} GFLOP/s  "
+          f"(all ms: {[round(x * 1e3) for x in v]})", flush=True)
+  floor = max(rate[k] for k in runs if k not in ("lora", "full"))
+  print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+  print(f"RESULT lora_gflop_s={rate['lora']:.1f} full_gflop_s={rate['full']:.1f} matmul_gflop_s={floor:.1f} "
+        f"lora_of_floor={rate['lora'] / floor:.3f} full_of_floor={rate['full'] / floor:.3f} rows={args.rows} "
+        f"tokens={args.prompt}+{args.completion} cpu={cpu.replace(' ', '_')}")
+
+
+if __name__ == "__main__":
+  main()
