@@ -120,6 +120,7 @@ class LLMPolicy:
     self._history: list[list[int]] = []
     self._finish: list[str] = []
     self._round = 0
+    self._slot_round: list[int] | None = None  # per slot, while `open` (continuous batching) holds the state
 
   def _prompts(self, conversations: Sequence[Sequence[Message]]) -> list[list[int]]:
     prompts = [self.tokenizer.encode(render_chatml(c), add_special_tokens=False) for c in conversations]
@@ -133,7 +134,7 @@ class LLMPolicy:
 
   def begin(self, conversations: Sequence[Sequence[Message]]) -> list[Turn]:
     prompts = self._prompts(conversations)
-    self._round = 0
+    self._round, self._slot_round = 0, None
     self._history = [list(p) for p in prompts]
     self._finish = ["" for _ in prompts]
     if self.row_ids is not None and len(self.row_ids) != len(prompts):
@@ -190,7 +191,7 @@ class LLMPolicy:
     id (with `row_ids`, the episode's row id), so an episode draws the same tokens whichever episodes share its
     calls. Its turns equal the static loop's (`begin`/`step`) when greedy, and when sampled with `row_ids` (the
     same streams), up to float rounding across batch shapes."""
-    if self._state is None or not hasattr(self, "_slot_round"):
+    if self._state is None or self._slot_round is None:
       raise ValueError("LLMPolicy.advance() called before open()")
     slots = [s for s, *_ in starts] + [s for s, _ in continues]
     if len(set(slots)) != len(slots) or any(not 0 <= s < self._state.batch for s in slots):
