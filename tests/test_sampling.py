@@ -99,6 +99,8 @@ def test_a_reset_slot_takes_a_new_prompt_while_the_others_continue(tiny):
   np.testing.assert_allclose(mixed.logprobs[1], alone.logprobs[0], atol=1e-5)
   plain = sampler.continue_(sampler.generate(prompts).state, [[7, 8], None, None, [3]], short)
   assert [mixed.tokens[0], mixed.tokens[2]] == plain.tokens
+  # the mixed call prefilled the prompt (width 32) and the two short chunks (width 16) as groups of their own
+  assert sampler._width_groups(np.array([3, 20, 0, 2]), short) == [([0, 3], 16), ([1], 32)]
   assert 0 < sampler.decode_tokens <= sampler.decode_row_steps
   with pytest.raises(ValueError, match="outside"):
     sampler.reset_rows(first.state, [4])

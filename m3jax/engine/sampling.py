@@ -151,6 +151,9 @@ class Sampler:
     # plain `Decoder` by default (not Whisper, whose cache carries each row's audio, nor a model with per-row
     # state such as Omni's rope offsets)
     self.share_prefix = isinstance(model, Decoder) if share_prefix is None else share_prefix
+    # rows of very different chunk lengths prefill in groups of their own width (`_width_groups`): a plain
+    # Decoder's rows are independent, so a group's cache rows can be taken out, prefilled and written back
+    self.split_prefill = isinstance(model, Decoder)
     self.compilations = 0  # programs traced by this sampler's calls (samplers of one model share programs)
     self.prefill_tokens = 0  # tokens run through a prefill, over this sampler's calls
     self.prefill_tokens_saved = 0  # prompt tokens not prefilled because an identical prompt's rows were forked
@@ -264,14 +267,39 @@ class Sampler:
       raise ValueError("a continued row needs at least one new token")
     need = max(int(cache_len[b]) + len(feed[b]) for b in range(state.batch)) + cfg.max_new_tokens
     cache = self._ensure_capacity(state.cache, need, cfg)
-    width = _bucket(max(len(f) for f in feed), cfg.length_buckets)
-    tokens = np.zeros((state.batch, width), np.int32)
-    for b, f in enumerate(feed):
-      tokens[b, :len(f)] = f
     chunk_len = np.array([len(f) for f in feed], np.int32)
     self.prefill_tokens += int(chunk_len.sum())
-    logits, cache = _prefill(self.graphdef, self.params, cache, jnp.asarray(tokens), jnp.asarray(chunk_len))
+    groups = self._width_groups(chunk_len, cfg) if self.split_prefill else None
+    if groups is None:
+      tokens = _tokens(feed, range(state.batch), _bucket(int(chunk_len.max()), cfg.length_buckets))
+      logits, cache = _prefill(self.graphdef, self.params, cache, jnp.asarray(tokens), jnp.asarray(chunk_len))
+      return rows, active, logits, cache
+    logits = None
+    for members, width in groups:
+      # the group's rows, padded to a batch bucket with other rows of the batch (fed nothing, written back as
+      # they were: distinct indices, so the scatter back has no duplicate writes)
+      others = [b for b in range(state.batch) if b not in set(members)]
+      index = members + others[:_bucket(len(members), cfg.batch_buckets) - len(members)]
+      part, cache = _prefill_subset(self.graphdef, self.params, cache, jnp.asarray(index, jnp.int32),
+                                    jnp.asarray(_tokens(feed, index[:len(members)], width, len(index))),
+                                    jnp.asarray(chunk_len[index] * (np.arange(len(index)) < len(members))))
+      logits = _scatter_logits(logits, part, jnp.asarray(members, jnp.int32), state.batch)
     return rows, active, logits, cache
+
+  def _width_groups(self, chunk_len: np.ndarray, cfg: SamplingConfig) -> list[tuple[list[int], int]] | None:
+    """Rows grouped by their own width bucket, when prefilling each group as a batch of its own computes at most
+    3/4 of the positions one batch at the longest row's width would (a new question's ~400-token prompt beside
+    tool results of ~100 in continuous batching); None otherwise."""
+    widths = {b: _bucket(int(n), cfg.length_buckets) for b, n in enumerate(chunk_len) if n > 0}
+    by_width: dict[int, list[int]] = {}
+    for b, w in widths.items():
+      by_width.setdefault(w, []).append(b)
+    if len(by_width) < 2:
+      return None
+    split = sum(_bucket(len(m), cfg.batch_buckets) * w for w, m in by_width.items())
+    if split > 0.75 * len(chunk_len) * max(by_width):
+      return None
+    return [(m, w) for w, m in sorted(by_width.items())]
 
   def _decode_rows(self, state, cache, logits, rows, active, cfg, seed, constraint, traces,
                    row_ids=None, constraint_starts=None, row_seeds=None) -> SampleOutput:
@@ -380,6 +408,10 @@ class Sampler:
 def _prefill(graphdef, params, cache, tokens, chunk_len):
   """Writes each row's chunk into the cache; returns the logits after each row's last real token."""
   _TRACES[0] += 1
+  return _prefill_rows(graphdef, params, cache, tokens, chunk_len)
+
+
+def _prefill_rows(graphdef, params, cache, tokens, chunk_len):
   model = nnx.merge(graphdef, params)
   last = jnp.maximum(chunk_len - 1, 0)
   if hasattr(model, "hidden"):
@@ -388,6 +420,33 @@ def _prefill(graphdef, params, cache, tokens, chunk_len):
     return model.logits(h_last)[:, 0], cache
   logits, cache = model(tokens, cache, chunk_len)
   return jnp.take_along_axis(logits, last[:, None, None], axis=1)[:, 0], cache
+
+
+def _tokens(feed, rows, width: int, batch: int | None = None) -> np.ndarray:
+  """[batch, width] token ids: row i holds feed[rows[i]] (rows past `rows` stay empty)."""
+  rows = list(rows)
+  out = np.zeros((len(rows) if batch is None else batch, width), np.int32)
+  for i, b in enumerate(rows):
+    out[i, :len(feed[b])] = feed[b]
+  return out
+
+
+@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(2,))
+def _prefill_subset(graphdef, params, cache, index, tokens, chunk_len):
+  """`_prefill` on the cache rows `index` (distinct) only, written back in place: a group of rows prefilled at
+  its own width, without computing the rest of the batch."""
+  _TRACES[0] += 1
+  logits, sub = _prefill_rows(graphdef, params, cache.take_rows(index), tokens, chunk_len)
+  return logits, cache.replace(k=cache.k.at[:, index].set(sub.k), v=cache.v.at[:, index].set(sub.v),
+                               length=cache.length.at[index].set(sub.length))
+
+
+@functools.partial(jax.jit, static_argnums=(3,))
+def _scatter_logits(logits, part, members, batch: int):
+  """The full batch's last-token logits with rows `members` taken from a group's prefill (`part`'s first rows)."""
+  _TRACES[0] += 1
+  base = jnp.zeros((batch, part.shape[-1]), part.dtype) if logits is None else logits
+  return base.at[members].set(part[:members.shape[0]])
 
 
 @jax.jit
