@@ -15,7 +15,9 @@ Throughput design:
 * `continue_` appends new tokens (a tool result, a user message) at each row's own cache offset and keeps decoding,
   without re-prefilling the conversation;
 * `reset_rows` empties chosen rows of a live state, so a finished conversation's slot takes a new one while the
-  other rows keep their caches (continuous batching, `m3jax.agent.control.Controller.run(slots=...)`).
+  other rows keep their caches (continuous batching, `m3jax.agent.control.Controller.run(slots=...)`);
+* rows fed chunks of very different lengths (a new prompt beside short tool results) prefill in groups of their
+  own width instead of all at the longest one's (`_width_groups`).
 
 Log-probs are log p(token) under softmax(logits / temperature) (temperature 1 when greedy), before top-k/top-p
 truncation — the behaviour policy's log-probs that the RL learner uses as the old policy.
