@@ -178,7 +178,8 @@ def decode(name: str, sz: Sizes, hw: dict) -> dict:
   from flax import nnx
 
   from m3jax.models.decoder import Decoder
-  from m3jax.engine.sampling import Sampler, SamplingConfig, _prefill
+  from m3jax.engine.prefill import prefill as _prefill
+  from m3jax.engine.sampling import Sampler, SamplingConfig
   cfg = qwen3(name, sz.tiny)
   model = Decoder(cfg, rngs=nnx.Rngs(0))
   weight_bytes = sum(x.nbytes for x in jax.tree.leaves(nnx.state(model)))

@@ -103,7 +103,8 @@ def _m3_times(model, prompts, new: int, slots: int, best) -> tuple[float, float]
   import jax
   import jax.numpy as jnp
 
-  from m3jax.engine.sampling import Sampler, SamplingConfig, _prefill
+  from m3jax.engine.prefill import prefill as _prefill
+  from m3jax.engine.sampling import Sampler, SamplingConfig
 
   batch, n = prompts.shape
   cfg = SamplingConfig(max_new_tokens=new, greedy=True, length_buckets=(n, slots))

@@ -5,6 +5,7 @@
   continuation (`continue_`), forked shared prefixes, and slots that take a new conversation while the others
   keep decoding (`empty_state` / `reset_rows`: the control loop's continuous batching,
   `m3jax.agent.control.Controller.run(slots=...)`).
+* `prefill` — the sampler's prefill device programs (whole batch, groups of rows, forked shared prompts).
 * `constrained` — byte automata (JSON string lists, prefixed lines) compiled into per-state token masks that the
   decode loop applies.
 * `omni_generate` — Qwen2.5-Omni generation: thinker prefill with media, then the sampler's decode.

@@ -38,12 +38,12 @@ from jax.sharding import Mesh
 from jaxtyping import Array, Float, Int
 
 from m3jax.engine.constrained import TokenConstraint
+from m3jax.engine.prefill import TRACES, fork, prefill, prefill_subset, scatter_logits, tokens_of
 from m3jax.models.decoder import Decoder
 from m3jax.parallel import named_sharding
 
 FINISH_STOP, FINISH_LENGTH, FINISH_STOP_STRING = "stop", "length", "stop_string"
 FINISH_CONSTRAINT = "constraint"  # the constraint's automaton reached a final state (nothing may follow)
-_TRACES = [0]  # incremented whenever a sampler program is traced (compiled)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,7 +196,7 @@ class Sampler:
     `row_ids` as in `generate` (one per row of the state), each row's stream seeded by `row_seeds[b]` instead
     of `seed` when given (with `row_ids` only)."""
     cfg = config or self.config
-    traces = _TRACES[0]
+    traces = TRACES[0]
     rows, active, logits, cache = self._prefill_rows(state, new_tokens, cfg)
     return self._decode_rows(state, cache, logits, rows, active, cfg, seed, constraint, traces, row_ids,
                              constraint_starts, row_seeds)
@@ -233,7 +233,7 @@ class Sampler:
     """`generate` with each distinct prompt prefilled once, in a cache of its own batch bucket, whose rows are
     then gathered (`KVCache.take_rows`) into one row per prompt: every row decodes from the same cache contents
     and last-token logits that its own prefill would have produced."""
-    traces = _TRACES[0]
+    traces = TRACES[0]
     n = _bucket(len(distinct), cfg.batch_buckets)
     shared = DecodeState(self._new_cache(n, max_len), [[] for _ in range(n)], n)
     _, _, logits, cache = self._prefill_rows(shared, [list(d) for d in distinct], cfg)
@@ -241,7 +241,7 @@ class Sampler:
     index = np.zeros((batch,), np.int32)  # batch-padding rows copy row 0 and are emptied (keep False)
     index[:len(prompts)] = [where[tuple(p)] for p in prompts]
     keep = np.arange(batch) < len(prompts)
-    cache, logits = _fork(cache, logits, jnp.asarray(index), jnp.asarray(keep))
+    cache, logits = fork(cache, logits, jnp.asarray(index), jnp.asarray(keep))
     self.prefill_tokens_saved += sum(len(p) for p in prompts) - sum(len(d) for d in distinct)
     state = DecodeState(cache, [list(p) for p in prompts] + [[] for _ in range(batch - len(prompts))], batch)
     rows = [list(p) for p in prompts] + [None] * (batch - len(prompts))
@@ -273,8 +273,8 @@ class Sampler:
     self.prefill_tokens += int(chunk_len.sum())
     groups = self._width_groups(chunk_len, cfg) if self.split_prefill else None
     if groups is None:
-      tokens = _tokens(feed, range(state.batch), _bucket(int(chunk_len.max()), cfg.length_buckets))
-      logits, cache = _prefill(self.graphdef, self.params, cache, jnp.asarray(tokens), jnp.asarray(chunk_len))
+      tokens = tokens_of(feed, range(state.batch), _bucket(int(chunk_len.max()), cfg.length_buckets))
+      logits, cache = prefill(self.graphdef, self.params, cache, jnp.asarray(tokens), jnp.asarray(chunk_len))
       return rows, active, logits, cache
     logits = None
     for members, width in groups:
@@ -282,10 +282,10 @@ class Sampler:
       # they were: distinct indices, so the scatter back has no duplicate writes)
       others = [b for b in range(state.batch) if b not in set(members)]
       index = members + others[:_bucket(len(members), cfg.batch_buckets) - len(members)]
-      part, cache = _prefill_subset(self.graphdef, self.params, cache, jnp.asarray(index, jnp.int32),
-                                    jnp.asarray(_tokens(feed, index[:len(members)], width, len(index))),
+      part, cache = prefill_subset(self.graphdef, self.params, cache, jnp.asarray(index, jnp.int32),
+                                    jnp.asarray(tokens_of(feed, index[:len(members)], width, len(index))),
                                     jnp.asarray(chunk_len[index] * (np.arange(len(index)) < len(members))))
-      logits = _scatter_logits(logits, part, jnp.asarray(members, jnp.int32), state.batch)
+      logits = scatter_logits(logits, part, jnp.asarray(members, jnp.int32), state.batch)
     return rows, active, logits, cache
 
   def _width_groups(self, chunk_len: np.ndarray, cfg: SamplingConfig) -> list[tuple[list[int], int]] | None:
@@ -329,7 +329,7 @@ class Sampler:
       starts = np.full((len(rows),), int(constraint.start), np.int32)
       starts[:len(constraint_starts)] = constraint_starts
     out_tok, out_logp, n_gen, done, cache = self._run_decode(cache, logits, ~active, key, cfg, constraint, starts)
-    self.compilations += _TRACES[0] - traces
+    self.compilations += TRACES[0] - traces
     return self._finish(state, cache, out_tok, out_logp, n_gen, done, rows, cfg, constraint is not None)
 
   def _new_cache(self, batch: int, max_len: int):
@@ -406,59 +406,6 @@ class Sampler:
     return SampleOutput(tokens, logprobs, reasons, state, texts if self.tokenizer is not None else None)
 
 
-@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(2,))
-def _prefill(graphdef, params, cache, tokens, chunk_len):
-  """Writes each row's chunk into the cache; returns the logits after each row's last real token."""
-  _TRACES[0] += 1
-  return _prefill_rows(graphdef, params, cache, tokens, chunk_len)
-
-
-def _prefill_rows(graphdef, params, cache, tokens, chunk_len):
-  model = nnx.merge(graphdef, params)
-  last = jnp.maximum(chunk_len - 1, 0)
-  if hasattr(model, "hidden"):
-    h, cache = model.hidden(tokens, cache, chunk_len)
-    h_last = jnp.take_along_axis(h, last[:, None, None], axis=1)
-    return model.logits(h_last)[:, 0], cache
-  logits, cache = model(tokens, cache, chunk_len)
-  return jnp.take_along_axis(logits, last[:, None, None], axis=1)[:, 0], cache
-
-
-def _tokens(feed, rows, width: int, batch: int | None = None) -> np.ndarray:
-  """[batch, width] token ids: row i holds feed[rows[i]] (rows past `rows` stay empty)."""
-  rows = list(rows)
-  out = np.zeros((len(rows) if batch is None else batch, width), np.int32)
-  for i, b in enumerate(rows):
-    out[i, :len(feed[b])] = feed[b]
-  return out
-
-
-@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(2,))
-def _prefill_subset(graphdef, params, cache, index, tokens, chunk_len):
-  """`_prefill` on the cache rows `index` (distinct) only, written back in place: a group of rows prefilled at
-  its own width, without computing the rest of the batch."""
-  _TRACES[0] += 1
-  logits, sub = _prefill_rows(graphdef, params, cache.take_rows(index), tokens, chunk_len)
-  return logits, cache.replace(k=cache.k.at[:, index].set(sub.k), v=cache.v.at[:, index].set(sub.v),
-                               length=cache.length.at[index].set(sub.length))
-
-
-@functools.partial(jax.jit, static_argnums=(3,))
-def _scatter_logits(logits, part, members, batch: int):
-  """The full batch's last-token logits with rows `members` taken from a group's prefill (`part`'s first rows)."""
-  _TRACES[0] += 1
-  base = jnp.zeros((batch, part.shape[-1]), part.dtype) if logits is None else logits
-  return base.at[members].set(part[:members.shape[0]])
-
-
-@jax.jit
-def _fork(cache, logits, index, keep):
-  """Row b of the result is row `index[b]` of a prefill's cache and logits; rows with `keep` False are emptied."""
-  _TRACES[0] += 1
-  cache = cache.take_rows(index)
-  return cache.replace(length=jnp.where(keep, cache.length, 0)), logits[index]
-
-
 @functools.partial(jax.jit, static_argnums=(0, 5), donate_argnums=(2,))
 def _decode(graphdef, params, cache, carry, limit, cfg: SamplingConfig, constraint: TokenConstraint | None = None):
   """Samples and feeds tokens until `limit` steps or every row is done (resumable: the carry holds all state).
@@ -466,7 +413,7 @@ def _decode(graphdef, params, cache, carry, limit, cfg: SamplingConfig, constrai
   With a `constraint`, logits outside `allowed[automaton state]` are masked before sampling (so log-probs are those
   of the masked distribution, the one actually sampled), a row with no allowed token ends without emitting, and a
   row whose automaton accepts ends after that token."""
-  _TRACES[0] += 1
+  TRACES[0] += 1
   model = nnx.merge(graphdef, params)
   stop_ids = jnp.asarray(cfg.stop_token_ids or (-1,), jnp.int32)
   rows = jnp.arange(carry["done"].shape[0])
