@@ -36,12 +36,13 @@ from m3jax.agent.prompts import END_OF_TURN
 from m3jax.data.episodes import EpisodeConfig
 from m3jax.data.memory_qa import QARecord, make_task
 from m3jax.data.questions import check_split
-from m3jax.models.lora import LoRAConfig, attach, export_adapter_file, merged
+from m3jax.models.lora import LoRAConfig, attach, export_adapter_file, load_adapter_file, merged
 from m3jax.rl.flops import learner_step_flops
 from m3jax.rl import advantages as adv_lib
 from m3jax.rl import rollout
 from m3jax.rl.dynamic_sampling import DynamicBatcher, DynamicSamplingConfig, Group
 from m3jax.rl.learner import Learner, LearnerConfig
+from m3jax.rl.warm_start import EXPERT_STYLES
 from m3jax.rl.metrics_log import MetricsLog
 from m3jax.rl.rewards import RewardConfig, reward_components
 
@@ -98,6 +99,10 @@ class RLConfig:
   warm_start_steps: int = 0
   warm_start_questions: int = 16
   warm_start_lr: float = 1e-5
+  warm_start_expert: str = "hindsight"  # the teacher (`warm_start.expert_turn`): "hindsight" or "ladder"
+  # a controller adapter file (`adapter.npz` of an earlier run) to start from instead of fresh adapters; its
+  # rank, alpha and targets must equal lora_rank, lora_alpha and lora_targets
+  init_adapter: str = ""
   # LoRA (`m3jax.models.lora`): > 0 trains rank-`lora_rank` adapters on `lora_targets` (of q k v o gate up down),
   # scaled by lora_alpha / lora_rank, with the loaded weights frozen (they are also the KL reference policy);
   # checkpoints then hold only the adapters and their optimizer state. 0 = full fine-tuning
@@ -129,6 +134,10 @@ class RLConfig:
     if self.warm_start_steps < 0 or self.warm_start_questions < 1 or self.warm_start_lr <= 0:
       raise ValueError("warm_start_steps >= 0, warm_start_questions >= 1 and warm_start_lr > 0 are required")
     self.lora  # validates the LoRA fields
+    if self.warm_start_expert not in EXPERT_STYLES:
+      raise ValueError(f"warm_start_expert={self.warm_start_expert!r}; expected one of {EXPERT_STYLES}")
+    if self.init_adapter and not self.lora_rank:
+      raise ValueError("init_adapter needs lora_rank > 0 (it holds LoRA adapters)")
     if self.judge not in JUDGES:
       raise ValueError(f"judge={self.judge!r}; expected one of {', '.join(JUDGES)}")
     check_split(range(*self.train_seeds), "train")
@@ -283,7 +292,7 @@ class RLProgram:
       t0 = time.perf_counter()
       records = [self.train_records[order[(step * n + i) % len(order)]] for i in range(n)]
       questions = _questions(records, 1)
-      expert = ExpertPolicy(questions, self.tokenizer, c.max_rounds)
+      expert = ExpertPolicy(questions, self.tokenizer, c.max_rounds, c.warm_start_expert)
       trajs = Controller(expert, self.searcher, c.control).run(questions)
       batch, stats = rollout.build_batch(trajs, n, seq_bucket=c.seq_bucket, max_len=c.max_seq_len,
                                          pad_id=self.pad_id)
@@ -453,14 +462,22 @@ def load_model(cfg: RLConfig):
 
   if cfg.model != "tiny":
     model, tok = load_llm(cfg.model if cfg.model != "smollm2" else DEFAULT_LLM, attention_chunk=cfg.attention_chunk)
+  else:
+    tok = load_tokenizer(smollm2_path())
+    t = cfg.tiny
+    dcfg = DecoderConfig(vocab_size=len(tok), hidden_size=t.hidden_size, intermediate_size=t.intermediate_size,
+                         num_layers=t.num_layers, num_heads=t.num_heads, num_kv_heads=t.num_kv_heads,
+                         head_dim=t.head_dim, tie_embeddings=True, model_type="llama",
+                         attention_chunk=cfg.attention_chunk)
+    model = Decoder(dcfg, rngs=nnx.Rngs(cfg.seed))
+  if not cfg.init_adapter:
     return attach(model, cfg.lora, seed=cfg.seed), tok
-  tok = load_tokenizer(smollm2_path())
-  t = cfg.tiny
-  dcfg = DecoderConfig(vocab_size=len(tok), hidden_size=t.hidden_size, intermediate_size=t.intermediate_size,
-                       num_layers=t.num_layers, num_heads=t.num_heads, num_kv_heads=t.num_kv_heads,
-                       head_dim=t.head_dim, tie_embeddings=True, model_type="llama",
-                       attention_chunk=cfg.attention_chunk)
-  return attach(Decoder(dcfg, rngs=nnx.Rngs(cfg.seed)), cfg.lora, seed=cfg.seed), tok
+  model, info = load_adapter_file(cfg.init_adapter, model, "controller", seed=cfg.seed)
+  found = (int(info["rank"]), float(info["alpha"]), tuple(info["targets"]))
+  if found != (cfg.lora_rank, cfg.lora_alpha, tuple(cfg.lora_targets)):
+    raise ValueError(f"init_adapter {cfg.init_adapter}: rank/alpha/targets {found}, the config asks for "
+                     f"{(cfg.lora_rank, cfg.lora_alpha, tuple(cfg.lora_targets))}")
+  return model, tok
 
 
 def main(cfg: RLConfig) -> dict[str, Any]:
