@@ -1,5 +1,6 @@
 """GRPO and TAURA advantages, reward shaping and dynamic sampling vs hand-computed cases."""
 
+import json
 import math
 
 import jax.numpy as jnp
@@ -74,32 +75,67 @@ def _groups(outcomes_per_group, tag):
 def test_dynamic_sampling_refills_until_full_and_drops_surplus():
   rounds = iter([_groups([[1, 1], [0, 1], [0, 0]], "r0"), _groups([[1, 0], [1, 1], [0, 1]], "r1")])
   batcher = ds.DynamicBatcher(ds.DynamicSamplingConfig(max_rounds=5), batch_groups=2)
-  batch, stats = batcher.fill(lambda: next(rounds))
+  batch, stats = batcher.fill(lambda n: next(rounds))
   assert [g.payload for g in batch] == [("r0", 1), ("r1", 0)]
   assert stats["ds/rounds"] == 2 and stats["ds/generated_groups"] == 6 and stats["ds/kept_groups"] == 3
   assert stats["ds/dropped_groups"] == 1 and stats["ds/hit_cap"] == 0 and stats["ds/stale_groups"] == 0
   # no stale carry-over: the surplus ("r1", 2) never appears in the next batch
   nxt = iter([_groups([[0, 1], [1, 0]], "r2")])
-  batch2, stats2 = batcher.fill(lambda: next(nxt))
+  batch2, stats2 = batcher.fill(lambda n: next(nxt))
   assert [g.payload for g in batch2] == [("r2", 0), ("r2", 1)] and stats2["ds/stale_groups"] == 0
 
 
 def test_dynamic_sampling_cap_returns_partial_batch():
   batcher = ds.DynamicBatcher(ds.DynamicSamplingConfig(max_rounds=3), batch_groups=4)
   calls = []
-  batch, stats = batcher.fill(lambda: calls.append(1) or _groups([[1, 1], [0, 1]], "r"))
+  batch, stats = batcher.fill(lambda n: calls.append(1) or _groups([[1, 1], [0, 1]], "r"))
   assert len(calls) == 3 and len(batch) == 3 and stats["ds/hit_cap"] == 1
 
 
 def test_dynamic_sampling_carry_over_when_configured_and_disabled_filter():
   batcher = ds.DynamicBatcher(ds.DynamicSamplingConfig(carry_over=True), batch_groups=1)
-  batch, _ = batcher.fill(lambda: _groups([[0, 1], [1, 0]], "a"))
+  batch, _ = batcher.fill(lambda n: _groups([[0, 1], [1, 0]], "a"))
   assert batch[0].payload == ("a", 0)
-  batch, stats = batcher.fill(lambda: pytest.fail("buffer should satisfy the batch"))
+  batch, stats = batcher.fill(lambda n: pytest.fail("buffer should satisfy the batch"))
   assert batch[0].payload == ("a", 1) and stats["ds/stale_groups"] == 1 and stats["ds/rounds"] == 0
   off = ds.DynamicBatcher(ds.DynamicSamplingConfig(enabled=False), batch_groups=2)
-  batch, _ = off.fill(lambda: _groups([[1, 1], [0, 0]], "b"))
+  batch, _ = off.fill(lambda n: _groups([[1, 1], [0, 0]], "b"))
   assert len(batch) == 2
   assert ds.is_informative(np.array([1.0])) and not ds.is_informative(np.array([0.0, 0.0]))
   with pytest.raises(ds.DynamicSamplingError):
     ds.DynamicSamplingConfig(max_rounds=0)
+  with pytest.raises(ds.DynamicSamplingError, match="oversample"):
+    ds.DynamicSamplingConfig(oversample=0.5)
+
+
+def test_pass_rates_skip_saturated_questions_for_a_while_and_rounds_are_sized_by_the_yield():
+  cfg = ds.DynamicSamplingConfig(max_rounds=3, skip_after=4, skip_for=2, oversample=2.0)
+  batcher = ds.DynamicBatcher(cfg, batch_groups=4, multiple=2)
+  assert batcher.round_size(4) == 4  # no yield known yet: one batch
+
+  def round_of(outcomes):
+    return lambda n: [ds.Group(payload=q, outcomes=np.array(o, np.float32), question_id=q)
+                      for q, o in list(outcomes.items())[:n]]
+
+  # q_right and q_wrong are saturated after one group of 4; q_mixed is not; q_short has too few outcomes
+  outcomes = {"q_right": [1, 1, 1, 1], "q_wrong": [0, 0, 0, 0], "q_mixed": [1, 0, 1, 1], "q_short": [1, 1]}
+  batch, stats = batcher.fill(round_of(outcomes), step=1)
+  assert stats["ds/rounds"] == 3 and stats["ds/yield"] == 0.25 and batcher.recent_yield == 0.25
+  assert [batcher.skips(q, 1) for q in outcomes] == [True, True, False, True]  # q_short: 2 + 2 + 2 ones
+  assert batcher.skips("q_right", 2) and not batcher.skips("q_right", 3)  # skip_for=2 steps, then drawn again
+  assert not batcher.skips("never_seen", 1)
+  # a mixed group later un-saturates a question
+  batcher.rates.record("q_right", [0], step=2)
+  assert not batcher.skips("q_right", 2)
+  # rounds: missing / yield, at least the missing count, at most oversample x batch, a multiple of `multiple`
+  assert batcher.round_size(1) == 4 and batcher.round_size(4) == 8
+  batcher.recent_yield = 0.9
+  assert batcher.round_size(3) == 4 and batcher.round_size(1) == 2
+  # the state round-trips (a resumed run draws and sizes its rounds as the uninterrupted one)
+  other = ds.DynamicBatcher(cfg, batch_groups=4, multiple=2)
+  other.restore(json.loads(json.dumps(batcher.state())))
+  assert other.state() == batcher.state()
+  # off (skip_after=0, oversample=1): nothing skipped and every round draws one batch, as before
+  plain = ds.DynamicBatcher(ds.DynamicSamplingConfig(max_rounds=1), batch_groups=4)
+  plain.fill(round_of(outcomes), step=1)
+  assert not plain.skips("q_right", 1) and plain.round_size(1) == 4

@@ -37,6 +37,18 @@ def test_rl_train_writes_outputs_and_resumes_exactly(tmp_path, lora_rank):
   resumed = resumed[1:]
   for key in ("train/loss", "train/grad_norm", "reward/total", "rollout/generated_tokens", "train/entropy"):
     assert resumed[1][key] == full[1][key], key
+  if lora_rank:  # a run that starts from this run's adapter (init_adapter) holds its values before training
+    import numpy as np
+    from m3jax.config import load_config
+    from m3jax.rl.program import load_model
+    cfg = load_config("configs/rl_tiny.py", [f"lora_rank={lora_rank}", f"init_adapter={out / 'adapter.npz'}"])
+    model = load_model(cfg)[0]
+    with np.load(out / "adapter.npz") as z:
+      stored = {k: z[k] for k in z.files if k != "__meta__"}
+    loaded = {k: np.asarray(v[...]) for k, v in vars(model.lora).items() if k in stored}
+    assert loaded.keys() == stored.keys() and all(np.array_equal(loaded[k], stored[k]) for k in stored)
+    with pytest.raises(ValueError, match="rank/alpha/targets"):
+      load_model(load_config("configs/rl_tiny.py", ["lora_rank=2", f"init_adapter={out / 'adapter.npz'}"]))
 
 
 def test_rl_train_with_a_local_llm_judge(tmp_path):

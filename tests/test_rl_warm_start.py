@@ -82,10 +82,12 @@ def test_warm_start_clones_the_expert_on_the_llm_token_layout(tmp_path):
     assert generated == "".join(r.text for r in t.rounds)
 
 
-def test_expert_trajectories_on_every_family_and_unanswerable_questions():
-  """The hindsight expert on the real searcher over gold-memory graphs of training episodes: every question
-  (all families of the train split, unanswerable ones included) ends in a well-formed answer that is the gold
-  answer; an unanswerable one is declined with the canonical NOT_IN_MEMORY after searching."""
+@pytest.mark.parametrize("style", ["hindsight", "ladder"])
+def test_expert_trajectories_on_every_family_and_unanswerable_questions(style):
+  """Both teachers on the real searcher over gold-memory graphs of training episodes: every question (all
+  families of the train split, unanswerable ones included) ends in a well-formed answer; an unanswerable one is
+  declined with the canonical NOT_IN_MEMORY after searching. The hindsight teacher always gives the gold answer;
+  the ladder teacher never repeats a query and declines only where no search found anything."""
   from m3jax.data.memory_qa import make_task
   from m3jax.data.questions import FAMILIES, HELDOUT_FAMILY, NOT_IN_MEMORY
   from m3jax.memory.fixture_embedder import HashedBowEmbedder
@@ -98,13 +100,83 @@ def test_expert_trajectories_on_every_family_and_unanswerable_questions():
   assert {r.family for r in records} == set(FAMILIES) - {HELDOUT_FAMILY}
   questions = _questions(records, 1)
   tok = load_tokenizer(smollm2_path())
-  trajs = Controller(ExpertPolicy(questions, tok, 5), MemorySearcher(graphs, embed, SearchConfig()),
+  trajs = Controller(ExpertPolicy(questions, tok, 5, style), MemorySearcher(graphs, embed, SearchConfig()),
                      ControlConfig(5)).run(questions)
   declined = 0
   for r, t in zip(records, trajs):
-    assert t.finished and t.response == r.answer, (r, t.response)
-    assert all(x.action in ("search", "answer") for x in t.rounds)
+    assert t.finished and all(x.action in ("search", "answer") for x in t.rounds)
+    if style == "ladder" and t.response != r.answer:
+      assert t.response == NOT_IN_MEMORY and not any(x.retrieved_clips for x in t.rounds), (r, t.rounds)
+      continue
+    if style == "ladder":
+      queries = [x.content for x in t.rounds if x.action == "search"]
+      assert len(queries) == len(set(queries)), queries
+    assert t.response == r.answer, (r, t.response)
     if r.unanswerable:
       declined += 1
       assert t.response == NOT_IN_MEMORY and t.num_searches >= 1
   assert declined >= 10
+
+
+def test_ladder_teacher_answers_after_the_fact_search_never_repeats_and_declines_after_looking():
+  from m3jax.data.questions import NOT_IN_MEMORY
+
+  def ladder(q, seen, r, asked):
+    return expert_turn(q, seen, r, 5, asked, style="ladder")
+
+  lookup = "What is the character id of Rachel"
+  ids = 'Searched knowledge: {"CLIP_0": ["<character_0>\'s name is Rachel.", "<character_0> put the wallet on the sofa."]}'
+  assert ladder(Q, "", 0, []) == f"Action: [Search]\nContent: {lookup}"
+  # the truth is already in view after the id lookup, but the fact search comes first (the hindsight teacher
+  # answers here, a stopping rule the student cannot see)
+  assert expert_turn(Q, ids, 1, 5, [lookup]) == "Action: [Answer]\nContent: On the sofa."
+  fact = "Where did <character_0> put the wallet?"
+  assert ladder(Q, ids, 1, [lookup]) == f"Action: [Search]\nContent: {fact}"
+  assert ladder(Q, ids + " " + ids, 2, [lookup, fact]) == "Action: [Answer]\nContent: On the sofa."
+  # an unanswerable question: the same route, then a decline
+  none = dataclasses.replace(Q, answer=NOT_IN_MEMORY)
+  assert ladder(none, ids, 1, [lookup]) == f"Action: [Search]\nContent: {fact}"
+  assert ladder(none, ids + " " + ids, 2, [lookup, fact]) == f"Action: [Answer]\nContent: {NOT_IN_MEMORY}"
+  # nothing retrieved: the question in key words once, then a decline rather than the same query again
+  who = Question("w", "Who mentioned the wallet last?", "Olivia.", 0)
+  empty = 'Searched knowledge: {}\n(The search result is empty.)'
+  assert ladder(who, empty, 1, [who.question]) == "Action: [Search]\nContent: mentioned wallet last"
+  assert ladder(who, empty + empty, 2, [who.question, "mentioned wallet last"]).endswith(NOT_IN_MEMORY)
+  # a person as the answer: names of the ids seen are looked up before answering
+  hit = 'Searched knowledge: {"CLIP_1": ["<character_1> says: \\"I put my wallet here.\\""]}'
+  assert ladder(who, hit, 1, [who.question]) == "Action: [Search]\nContent: What is the name of <character_1>"
+  assert ladder(who, hit + " <character_1>'s name is Olivia.", 2, [who.question, "x"]).endswith("Content: Olivia.")
+  # the last round always answers
+  assert ladder(Q, ids, 4, [lookup]) == "Action: [Answer]\nContent: On the sofa."
+  with pytest.raises(ValueError, match="expert style"):
+    ExpertPolicy([Q], None, 5, style="oracle")
+
+
+def test_rounds_skip_questions_whose_pass_rate_saturated(monkeypatch):
+  """`RLProgram._generate_round` draws past questions the batcher skips (their last group's outcomes all equal)
+  and feeds each group's outcomes back under its question id: a question the policy always solves is rolled out
+  once, then skipped for `skip_for` steps, while only mixed groups reach the batch."""
+  from m3jax.rl.dynamic_sampling import DynamicSamplingConfig
+
+  cfg = dataclasses.replace(load_config("configs/rl_tiny.py"), train_seeds=(0, 1), eval_seeds=(0, 0), group_size=2,
+                            batch_questions=2, sampling=DynamicSamplingConfig(max_rounds=3, skip_after=2, skip_for=100))
+  program = RLProgram(cfg)
+  solved = {r.question_id for r in program.train_records[::2]}  # a fake policy: always right on these, else mixed
+  rolled = []
+
+  def fake_rollout(records, seed, row_ids=None):
+    rolled.extend(r.question_id for r in records)
+    outcome = np.array([o for r in records for o in ([1.0, 1.0] if r.question_id in solved else [1.0, 0.0])])
+    return [Question(f"{r.question_id}#{k}", r.question, r.answer, 0) for r in records for k in range(2)], \
+        {"outcome": outcome}
+
+  monkeypatch.setattr(program, "rollout", fake_rollout)
+  it = iter(program.dataset)
+  skipped = 0
+  for step in range(1, 3 * len(program.train_records)):
+    program.skipped_questions = 0
+    batch, _ = program.batcher.fill(lambda n, box=[0]: program._generate_round(it, step, box, n), step)
+    skipped += program.skipped_questions
+    assert batch and not solved & {g.question_id for g in batch}  # only mixed groups are kept
+  assert skipped > 0 and all(rolled.count(q) == 1 for q in solved & set(rolled))
+  assert set(program.batcher.rates.saturated_at) == solved & set(rolled)

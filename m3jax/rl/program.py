@@ -185,7 +185,8 @@ class RLProgram:
     # together are the one-process run's
     self.dataset = grain.MapDataset.source(self.train_records).shuffle(seed=cfg.seed).repeat()[
         self.process::self.processes]
-    self.batcher = DynamicBatcher(cfg.sampling, cfg.batch_questions)
+    self.batcher = DynamicBatcher(cfg.sampling, cfg.batch_questions, multiple=self.processes)
+    self.skipped_questions = 0
     self.stop_ids = tuple(self.tokenizer.encode(END_OF_TURN, add_special_tokens=False))
     self.pad_id = int(self.tokenizer.pad_token_id or 0)
     self.prefill_tokens = self.prefill_tokens_saved = 0  # over every rollout of this program (`Sampler`'s counts)
@@ -236,12 +237,21 @@ class RLProgram:
     parts["judge_invalid"] = np.array([not v.valid for v in verdicts], np.float64)  # logged, not in the total
     return trajs, parts
 
-  def _generate_round(self, it, step: int, round_box: list[int]):
-    """One rollout round: this process's share of the round's questions, then every process's groups (gathered),
-    in the global question order."""
+  def _generate_round(self, it, step: int, round_box: list[int], n: int):
+    """One rollout round: this process's share of the round's `n` questions, then every process's groups
+    (gathered), in the global question order. Questions the batcher skips (saturated pass rates) are drawn past,
+    up to 4× the share, so a fully saturated data set cannot stall a round."""
     c = self.cfg
     P, G = self.processes, c.group_size
-    records = [next(it) for _ in range(c.batch_questions // P)]
+    records, want = [], n // P
+    for _ in range(4 * want):
+      if len(records) == want:
+        break
+      r = next(it)
+      if self.batcher.skips(r.question_id, step):
+        self.skipped_questions += 1
+      else:
+        records.append(r)
     seed = (c.seed * 1_000_003 + step * 1009 + round_box[0] * 17) % (2**31)
     round_box[0] += 1
     # local question i is the round's global question i * P + process; its trajectories' streams follow from that
@@ -253,7 +263,8 @@ class RLProgram:
     shares = gather_objects((local, self.prefill_tokens - fed, self.prefill_tokens_saved - saved))
     self.prefill_tokens = fed + sum(s[1] for s in shares)  # the pod's prefill work
     self.prefill_tokens_saved = saved + sum(s[2] for s in shares)
-    return [Group(payload=g, outcomes=g[1]["outcome"]) for g in interleave([s[0] for s in shares])]
+    return [Group(payload=g, outcomes=g[1]["outcome"], question_id=g[0][0].question_id.rsplit("#", 1)[0])
+            for g in interleave([s[0] for s in shares])]
 
   def evaluate(self) -> float:
     """Held-out accuracy with greedy decoding, one trajectory per question (shared out over the processes)."""
@@ -310,7 +321,9 @@ class RLProgram:
     c = self.cfg
     t0 = time.perf_counter()
     fed, saved = self.prefill_tokens, self.prefill_tokens_saved
-    groups, stats = self.batcher.fill(lambda box=[0]: self._generate_round(it, step, box))
+    self.skipped_questions = 0
+    groups, stats = self.batcher.fill(lambda n, box=[0]: self._generate_round(it, step, box, n), step)
+    stats["ds/skipped_questions"] = float(self.skipped_questions)
     t_roll = time.perf_counter() - t0
     metrics = dict(stats)
     metrics["time/rollout_s"] = t_roll
@@ -373,6 +386,8 @@ class RLProgram:
       state, meta = ckpt.restore(self.learner.state())
       self.learner.restore(state)
       it.set_state(self._data_state(meta["data"]))
+      if "batcher" in meta:
+        self.batcher.restore(meta["batcher"])
       start = int(meta["step"])
     log = MetricsLog(out, resume_step=start if restored else -1) if lead else None
     first = None  # the curve's step 0: the warm start's last metrics and the accuracy DAPO starts from
@@ -396,7 +411,8 @@ class RLProgram:
       history.append(metrics)
       if step % c.save_every == 0 or step == c.steps:
         # every process's iterator state (gathered: process 0 writes the metadata)
-        ckpt.save(step, self.learner.state(), {"step": step, "data": gather_objects(it.get_state())})
+        ckpt.save(step, self.learner.state(), {"step": step, "data": gather_objects(it.get_state()),
+                                               "batcher": self.batcher.state()})
     if lead:
       log.plot()
       log.close()
