@@ -82,12 +82,12 @@ def test_warm_start_clones_the_expert_on_the_llm_token_layout(tmp_path):
     assert generated == "".join(r.text for r in t.rounds)
 
 
-@pytest.mark.parametrize("style", ["hindsight", "ladder"])
+@pytest.mark.parametrize("style", ["hindsight", "ladder", "direct"])
 def test_expert_trajectories_on_every_family_and_unanswerable_questions(style):
   """Both teachers on the real searcher over gold-memory graphs of training episodes: every question (all
   families of the train split, unanswerable ones included) ends in a well-formed answer; an unanswerable one is
   declined with the canonical NOT_IN_MEMORY after searching. The hindsight teacher always gives the gold answer;
-  the ladder teacher never repeats a query and declines only where no search found anything."""
+  the ladder and direct teachers never repeat a query and decline only where no search found anything."""
   from m3jax.data.memory_qa import make_task
   from m3jax.data.questions import FAMILIES, HELDOUT_FAMILY, NOT_IN_MEMORY
   from m3jax.memory.fixture_embedder import HashedBowEmbedder
@@ -105,10 +105,10 @@ def test_expert_trajectories_on_every_family_and_unanswerable_questions(style):
   declined = 0
   for r, t in zip(records, trajs):
     assert t.finished and all(x.action in ("search", "answer") for x in t.rounds)
-    if style == "ladder" and t.response != r.answer:
+    if style != "hindsight" and t.response != r.answer:
       assert t.response == NOT_IN_MEMORY and not any(x.retrieved_clips for x in t.rounds), (r, t.rounds)
       continue
-    if style == "ladder":
+    if style != "hindsight":
       queries = [x.content for x in t.rounds if x.action == "search"]
       assert len(queries) == len(set(queries)), queries
     assert t.response == r.answer, (r, t.response)
@@ -150,6 +150,29 @@ def test_ladder_teacher_answers_after_the_fact_search_never_repeats_and_declines
   assert ladder(Q, ids, 4, [lookup]) == "Action: [Answer]\nContent: On the sofa."
   with pytest.raises(ValueError, match="expert style"):
     ExpertPolicy([Q], None, 5, style="oracle")
+
+
+def test_direct_teacher_answers_after_the_first_search_that_found_memories():
+  from m3jax.data.questions import NOT_IN_MEMORY
+
+  def direct(q, seen, r, asked):
+    return expert_turn(q, seen, r, 5, asked, style="direct")
+
+  lookup = "What is the character id of Rachel"
+  ids = 'Searched knowledge: {"CLIP_0": ["<character_0>\'s name is Rachel.", "<character_0> put the wallet on the sofa."]}'
+  assert direct(Q, "", 0, []) == f"Action: [Search]\nContent: {lookup}"
+  assert direct(Q, ids, 1, [lookup]) == "Action: [Answer]\nContent: On the sofa."
+  none = dataclasses.replace(Q, answer=NOT_IN_MEMORY)
+  assert direct(none, ids, 1, [lookup]) == f"Action: [Answer]\nContent: {NOT_IN_MEMORY}"
+  # an empty result: once more in key words, then a decline
+  who = Question("w", "Who mentioned the wallet last?", "Olivia.", 0)
+  empty = 'Searched knowledge: {}\n(The search result is empty.)'
+  assert direct(who, empty, 1, [who.question]) == "Action: [Search]\nContent: mentioned wallet last"
+  assert direct(who, empty + empty, 2, [who.question, "mentioned wallet last"]).endswith(NOT_IN_MEMORY)
+  # a person as the answer: the ids in view are named first
+  hit = 'Searched knowledge: {"CLIP_1": ["<character_1> says: \\"I put my wallet here.\\""]}'
+  assert direct(who, hit, 1, [who.question]) == "Action: [Search]\nContent: What is the name of <character_1>"
+  assert direct(who, hit + " <character_1>'s name is Olivia.", 2, [who.question, "x"]).endswith("Content: Olivia.")
 
 
 def test_rounds_skip_questions_whose_pass_rate_saturated(monkeypatch):

@@ -99,7 +99,7 @@ class RLConfig:
   warm_start_steps: int = 0
   warm_start_questions: int = 16
   warm_start_lr: float = 1e-5
-  warm_start_expert: str = "hindsight"  # the teacher (`warm_start.expert_turn`): "hindsight" or "ladder"
+  warm_start_expert: str = "hindsight"  # the teacher (`warm_start.expert_turn`): hindsight, ladder or direct
   # a controller adapter file (`adapter.npz` of an earlier run) to start from instead of fresh adapters; its
   # rank, alpha and targets must equal lora_rank, lora_alpha and lora_targets
   init_adapter: str = ""

@@ -27,7 +27,7 @@ from m3jax.agent.prompts import END_OF_TURN, INSTRUCTION, SEARCH_RESULT_PREFIX, 
 from m3jax.data.questions import NOT_IN_MEMORY
 
 _INSTRUCTION_START = INSTRUCTION.split("{content}")[0]  # where the round suffix begins in a user message
-EXPERT_STYLES = ("hindsight", "ladder")
+EXPERT_STYLES = ("hindsight", "ladder", "direct")
 _NAME_OF_RE = re.compile(CHARACTER_TAG_RE.pattern + r"'s name is ([A-Z][a-z]+)")
 
 
@@ -42,10 +42,12 @@ def expert_turn(question: Question, seen: str, round_index: int, max_rounds: int
   `style="hindsight"` (the first shipped adapter's teacher) answers as soon as any result holds the truth and
   otherwise repeats its last query until the last round, where it answers the truth: its stopping rule rests on
   knowledge a student cannot see, so the student learnt to answer after one search, found or not (held-out:
-  1.3 searches per question, a guess whenever that search missed). `style="ladder"` is a teacher a student can
-  imitate (`ladder_turn`)."""
+  1.3 searches per question, a guess whenever that search missed). `style="ladder"` and `style="direct"` are
+  teachers a student can imitate (`ladder_turn`, `direct_turn`)."""
   if style == "ladder":
     return ladder_turn(question, seen, round_index, max_rounds, asked)
+  if style == "direct":
+    return direct_turn(question, seen, round_index, max_rounds, asked)
   found = _found(question.answer, seen)
   if round_index == max_rounds - 1 or (round_index > 0 and found):
     return f"Action: [Answer]\nContent: {question.answer}"
@@ -78,6 +80,24 @@ def ladder_turn(question: Question, seen: str, round_index: int, max_rounds: int
     return f"Action: [Search]\nContent: {fresh[0]}"
   answer = NOT_IN_MEMORY if unanswerable or not retrieved else question.answer
   return f"Action: [Answer]\nContent: {answer}"
+
+
+def direct_turn(question: Question, seen: str, round_index: int, max_rounds: int, asked: Sequence[str]) -> str:
+  """Answers right after the first search that returned memories (the truth, or NOT_IN_MEMORY for an unanswerable
+  question), so the reading decision is made on the result in view; an empty result is retried in key words
+  once, then declined; a person's name is looked up first when the answer is a person not yet named. Measured on
+  top of the shipped adapter (15 steps): held-out 0.573 against its 0.500, unanswerable questions declined 6/10
+  against 2/10 (the controller's MODEL_CARD.md)."""
+  retrieved = seen.count(SEARCH_RESULT_PREFIX) > seen.count(SEARCH_RESULT_PREFIX + "{}")
+  unanswerable = question.answer == NOT_IN_MEMORY
+  first = _lookups(question.question, seen)[0]
+  names = [q for q in _name_lookups(seen) if q not in asked]
+  if retrieved and not unanswerable and not _found(question.answer, seen) and names and round_index < max_rounds - 1:
+    return f"Action: [Search]\nContent: {names[0]}"
+  if retrieved or round_index == max_rounds - 1 or (asked and _keywords(first) in asked):
+    return f"Action: [Answer]\nContent: {NOT_IN_MEMORY if unanswerable or not retrieved else question.answer}"
+  query = first if not asked else _keywords(asked[-1])
+  return f"Action: [Search]\nContent: {query}"
 
 
 def _found(answer: str, seen: str) -> bool:
