@@ -165,8 +165,8 @@ def rl_run(out: pathlib.Path) -> dict:
   kept = []
   fill = program.batcher.fill
 
-  def recorded_fill(generate):
-    groups, stats = fill(generate)
+  def recorded_fill(generate, step=0):
+    groups, stats = fill(generate, step)
     kept.append(",".join(g.payload[0][0].question_id for g in groups))
     return groups, stats
 
