@@ -118,36 +118,40 @@ def test_expert_trajectories_on_every_family_and_unanswerable_questions(style):
   assert declined >= 10
 
 
+# the search results the teacher tests read: an id lookup that also holds the answer, an empty search, and a
+# "who" question's hit naming someone only by id
+LOOKUP = "What is the character id of Rachel"
+IDS = 'Searched knowledge: {"CLIP_0": ["<character_0>\'s name is Rachel.", "<character_0> put the wallet on the sofa."]}'
+WHO = Question("w", "Who mentioned the wallet last?", "Olivia.", 0)
+EMPTY = 'Searched knowledge: {}\n(The search result is empty.)'
+HIT = 'Searched knowledge: {"CLIP_1": ["<character_1> says: \\"I put my wallet here.\\""]}'
+
+
 def test_ladder_teacher_answers_after_the_fact_search_never_repeats_and_declines_after_looking():
   from m3jax.data.questions import NOT_IN_MEMORY
 
   def ladder(q, seen, r, asked):
     return expert_turn(q, seen, r, 5, asked, style="ladder")
 
-  lookup = "What is the character id of Rachel"
-  ids = 'Searched knowledge: {"CLIP_0": ["<character_0>\'s name is Rachel.", "<character_0> put the wallet on the sofa."]}'
-  assert ladder(Q, "", 0, []) == f"Action: [Search]\nContent: {lookup}"
+  assert ladder(Q, "", 0, []) == f"Action: [Search]\nContent: {LOOKUP}"
   # the truth is already in view after the id lookup, but the fact search comes first (the hindsight teacher
   # answers here, a stopping rule the student cannot see)
-  assert expert_turn(Q, ids, 1, 5, [lookup]) == "Action: [Answer]\nContent: On the sofa."
+  assert expert_turn(Q, IDS, 1, 5, [LOOKUP]) == "Action: [Answer]\nContent: On the sofa."
   fact = "Where did <character_0> put the wallet?"
-  assert ladder(Q, ids, 1, [lookup]) == f"Action: [Search]\nContent: {fact}"
-  assert ladder(Q, ids + " " + ids, 2, [lookup, fact]) == "Action: [Answer]\nContent: On the sofa."
+  assert ladder(Q, IDS, 1, [LOOKUP]) == f"Action: [Search]\nContent: {fact}"
+  assert ladder(Q, IDS + " " + IDS, 2, [LOOKUP, fact]) == "Action: [Answer]\nContent: On the sofa."
   # an unanswerable question: the same route, then a decline
   none = dataclasses.replace(Q, answer=NOT_IN_MEMORY)
-  assert ladder(none, ids, 1, [lookup]) == f"Action: [Search]\nContent: {fact}"
-  assert ladder(none, ids + " " + ids, 2, [lookup, fact]) == f"Action: [Answer]\nContent: {NOT_IN_MEMORY}"
+  assert ladder(none, IDS, 1, [LOOKUP]) == f"Action: [Search]\nContent: {fact}"
+  assert ladder(none, IDS + " " + IDS, 2, [LOOKUP, fact]) == f"Action: [Answer]\nContent: {NOT_IN_MEMORY}"
   # nothing retrieved: the question in key words once, then a decline rather than the same query again
-  who = Question("w", "Who mentioned the wallet last?", "Olivia.", 0)
-  empty = 'Searched knowledge: {}\n(The search result is empty.)'
-  assert ladder(who, empty, 1, [who.question]) == "Action: [Search]\nContent: mentioned wallet last"
-  assert ladder(who, empty + empty, 2, [who.question, "mentioned wallet last"]).endswith(NOT_IN_MEMORY)
+  assert ladder(WHO, EMPTY, 1, [WHO.question]) == "Action: [Search]\nContent: mentioned wallet last"
+  assert ladder(WHO, EMPTY + EMPTY, 2, [WHO.question, "mentioned wallet last"]).endswith(NOT_IN_MEMORY)
   # a person as the answer: names of the ids seen are looked up before answering
-  hit = 'Searched knowledge: {"CLIP_1": ["<character_1> says: \\"I put my wallet here.\\""]}'
-  assert ladder(who, hit, 1, [who.question]) == "Action: [Search]\nContent: What is the name of <character_1>"
-  assert ladder(who, hit + " <character_1>'s name is Olivia.", 2, [who.question, "x"]).endswith("Content: Olivia.")
+  assert ladder(WHO, HIT, 1, [WHO.question]) == "Action: [Search]\nContent: What is the name of <character_1>"
+  assert ladder(WHO, HIT + " <character_1>'s name is Olivia.", 2, [WHO.question, "x"]).endswith("Content: Olivia.")
   # the last round always answers
-  assert ladder(Q, ids, 4, [lookup]) == "Action: [Answer]\nContent: On the sofa."
+  assert ladder(Q, IDS, 4, [LOOKUP]) == "Action: [Answer]\nContent: On the sofa."
   with pytest.raises(ValueError, match="expert style"):
     ExpertPolicy([Q], None, 5, style="oracle")
 
@@ -158,21 +162,16 @@ def test_direct_teacher_answers_after_the_first_search_that_found_memories():
   def direct(q, seen, r, asked):
     return expert_turn(q, seen, r, 5, asked, style="direct")
 
-  lookup = "What is the character id of Rachel"
-  ids = 'Searched knowledge: {"CLIP_0": ["<character_0>\'s name is Rachel.", "<character_0> put the wallet on the sofa."]}'
-  assert direct(Q, "", 0, []) == f"Action: [Search]\nContent: {lookup}"
-  assert direct(Q, ids, 1, [lookup]) == "Action: [Answer]\nContent: On the sofa."
+  assert direct(Q, "", 0, []) == f"Action: [Search]\nContent: {LOOKUP}"
+  assert direct(Q, IDS, 1, [LOOKUP]) == "Action: [Answer]\nContent: On the sofa."
   none = dataclasses.replace(Q, answer=NOT_IN_MEMORY)
-  assert direct(none, ids, 1, [lookup]) == f"Action: [Answer]\nContent: {NOT_IN_MEMORY}"
+  assert direct(none, IDS, 1, [LOOKUP]) == f"Action: [Answer]\nContent: {NOT_IN_MEMORY}"
   # an empty result: once more in key words, then a decline
-  who = Question("w", "Who mentioned the wallet last?", "Olivia.", 0)
-  empty = 'Searched knowledge: {}\n(The search result is empty.)'
-  assert direct(who, empty, 1, [who.question]) == "Action: [Search]\nContent: mentioned wallet last"
-  assert direct(who, empty + empty, 2, [who.question, "mentioned wallet last"]).endswith(NOT_IN_MEMORY)
+  assert direct(WHO, EMPTY, 1, [WHO.question]) == "Action: [Search]\nContent: mentioned wallet last"
+  assert direct(WHO, EMPTY + EMPTY, 2, [WHO.question, "mentioned wallet last"]).endswith(NOT_IN_MEMORY)
   # a person as the answer: the ids in view are named first
-  hit = 'Searched knowledge: {"CLIP_1": ["<character_1> says: \\"I put my wallet here.\\""]}'
-  assert direct(who, hit, 1, [who.question]) == "Action: [Search]\nContent: What is the name of <character_1>"
-  assert direct(who, hit + " <character_1>'s name is Olivia.", 2, [who.question, "x"]).endswith("Content: Olivia.")
+  assert direct(WHO, HIT, 1, [WHO.question]) == "Action: [Search]\nContent: What is the name of <character_1>"
+  assert direct(WHO, HIT + " <character_1>'s name is Olivia.", 2, [WHO.question, "x"]).endswith("Content: Olivia.")
 
 
 def test_rounds_skip_questions_whose_pass_rate_saturated(monkeypatch):
