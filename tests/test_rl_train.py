@@ -142,3 +142,23 @@ def test_warm_start_survives_crashes_in_itself_and_after_it(tmp_path, monkeypatc
     assert resumed[0][key] == full[0][key], key
   for key in ("train/loss", "train/grad_norm", "reward/total", "rollout/generated_tokens"):
     assert resumed[1][key] == full[1][key], key
+
+
+def test_the_controller_recipe_reproduces_from_the_repository():
+  """configs/rl_controller.py (stage 2) starts from the stage-1 adapter shipped beside the controller, which
+  configs/rl_controller_warm.py produces: same LoRA shape, stage 1's settings, and the shipped controller's
+  metadata names the stage-2 teacher and starting file."""
+  import pathlib
+
+  from m3jax.agent.answer import SHIPPED_CONTROLLER
+  from m3jax.config import load_config
+  from m3jax.models.lora import read_adapter_meta
+
+  stage1, stage2 = load_config("configs/rl_controller_warm.py"), load_config("configs/rl_controller.py")
+  info = read_adapter_meta(stage2.init_adapter, "controller")
+  assert (int(info["rank"]), float(info["alpha"]), tuple(info["targets"])) == (
+      stage2.lora_rank, stage2.lora_alpha, tuple(stage2.lora_targets))
+  assert (info["seed"], info["warm_start_steps"]) == (stage1.seed, stage1.warm_start_steps)
+  shipped = read_adapter_meta(SHIPPED_CONTROLLER, "controller")
+  assert (shipped["warm_start_expert"], shipped["init_adapter"], shipped["warm_start_steps"], shipped["seed"]) == (
+      stage2.warm_start_expert, pathlib.Path(stage2.init_adapter).name, stage2.warm_start_steps, stage2.seed)
