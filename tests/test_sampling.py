@@ -41,6 +41,21 @@ def test_greedy_ragged_batch_matches_transformers(tiny):
     assert len(got) == 40 and got == _hf_greedy(ref, p, 40)
 
 
+def test_split_layer_decode_equals_the_layer_scan(tiny):
+  """On CPU the decode step reads per-layer weight arrays (`Decoder.split_layers`, unrolled) instead of scanning
+  the stacked ones: same greedy tokens, log-probs equal to float rounding; `layers` needs the unrolled loop."""
+  model, _, _ = tiny
+  prompts = _prompts()
+  split, scan = Sampler(model, GREEDY), Sampler(model, GREEDY, split_layers=False)
+  assert split.layers is not None and len(split.layers) == model.cfg.num_layers and scan.layers is None
+  a, b = split.generate(prompts), scan.generate(prompts)
+  assert a.tokens == b.tokens
+  for x, y in zip(a.logprobs, b.logprobs):
+    np.testing.assert_allclose(x, y, atol=1e-5)
+  with pytest.raises(ValueError, match="'unroll' with `layers`"):
+    model.hidden(jnp.asarray([prompts[0]]), layers=split.layers)
+
+
 def test_continuation_equals_full_reprefill(tiny):
   model, _, _ = tiny
   sampler = Sampler(model, GREEDY)

@@ -140,11 +140,15 @@ def _greedy_token(logits: Float[Array, "B V"]) -> tuple[Int[Array, "B"], Float[A
   return tok, -jnp.log(jnp.sum(jnp.exp(logits - top), axis=-1))
 
 
+SPLIT_LAYERS_MAX_BYTES = 2 << 30
+
+
 class Sampler:
   """Batched generation with a donated KV cache; see the module docstring."""
 
   def __init__(self, model: nnx.Module, config: SamplingConfig = SamplingConfig(), tokenizer=None,
-               mesh: Mesh | None = None, cache_dtype=None, share_prefix: bool | None = None):
+               mesh: Mesh | None = None, cache_dtype=None, share_prefix: bool | None = None,
+               split_layers: bool | None = None):
     self.graphdef, self.params = nnx.split(model)
     self.model, self.config, self.tokenizer, self.mesh = model, config, tokenizer, mesh
     self.cache_dtype = cache_dtype
@@ -156,6 +160,15 @@ class Sampler:
     # rows of very different chunk lengths prefill in groups of their own width (`_width_groups`): a plain
     # Decoder's rows are independent, so a group's cache rows can be taken out, prefilled and written back
     self.split_prefill = isinstance(model, Decoder)
+    # the decode step reads a plain Decoder's layer weights as separate per-layer arrays (`Decoder.split_layers`,
+    # one copy of the weights for this sampler's lifetime; build a new sampler after the weights change, as RL
+    # does per rollout): XLA:CPU copies every weight each step when it slices them out of the stacked arrays
+    # inside the layer scan. Default: on an unsharded CPU Decoder whose weights take at most SPLIT_LAYERS_MAX_BYTES
+    # (the copy doubles them); accelerators slice inside the matmul
+    if split_layers is None:
+      split_layers = (isinstance(model, Decoder) and mesh is None and jax.default_backend() == "cpu"
+                      and sum(x.nbytes for x in jax.tree.leaves(self.params)) <= SPLIT_LAYERS_MAX_BYTES)
+    self.layers = model.split_layers() if split_layers else None
     self.compilations = 0  # programs traced by this sampler's calls (samplers of one model share programs)
     self.prefill_tokens = 0  # tokens run through a prefill, over this sampler's calls
     self.prefill_tokens_saved = 0  # prompt tokens not prefilled because an identical prompt's rows were forked
@@ -361,7 +374,8 @@ class Sampler:
     text_done = np.array(idle)
     while True:
       limit = jnp.int32(min(int(carry["step"]) + interval, N))
-      carry, cache = _decode(self.graphdef, self.params, cache, carry, limit, _decode_options(cfg), constraint)
+      carry, cache = _decode(self.graphdef, self.params, cache, carry, limit, _decode_options(cfg), constraint,
+                             self.layers)
       step = int(carry["step"])
       done = np.asarray(jax.device_get(carry["done"]))
       if cfg.stop_strings and self.tokenizer is not None:
@@ -407,7 +421,8 @@ class Sampler:
 
 
 @functools.partial(jax.jit, static_argnums=(0, 5), donate_argnums=(2,))
-def _decode(graphdef, params, cache, carry, limit, cfg: SamplingConfig, constraint: TokenConstraint | None = None):
+def _decode(graphdef, params, cache, carry, limit, cfg: SamplingConfig, constraint: TokenConstraint | None = None,
+            layers=None):
   """Samples and feeds tokens until `limit` steps or every row is done (resumable: the carry holds all state).
 
   With a `constraint`, logits outside `allowed[automaton state]` are masked before sampling (so log-probs are those
@@ -449,7 +464,8 @@ def _decode(graphdef, params, cache, carry, limit, cfg: SamplingConfig, constrai
     # Feed the new tokens (rows already done feed nothing). No lax.cond around this: a cond copies the carried
     # cache every step; the loop condition already ends the loop once all rows are done, so at most the last
     # step's forward is unused.
-    logits, cache = model(tok[:, None], cache, (~done).astype(jnp.int32))
+    logits, cache = model(tok[:, None], cache, (~done).astype(jnp.int32), **({} if layers is None else
+                                                                             {"layers": layers}))
     logits = logits[:, 0].astype(jnp.float32)
     new = dict(step=c["step"] + 1, logits=logits, done=done, n_gen=n_gen, tokens=tokens, logp=logps, key=c["key"],
                **extra)

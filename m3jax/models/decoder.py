@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import flax.struct
@@ -216,8 +217,10 @@ class Decoder(nnx.Module):
     return self.embed[...].T if self.cfg.tie_embeddings else self.lm_head[...]
 
   def __call__(self, tokens: Int[Array, "B T"], cache: KVCache | None = None, chunk_len: Int[Array, "B"] | None = None,
-               positions: Array | None = None) -> tuple[Float[Array, "B T V"], KVCache | None]:
-    h, cache = self.hidden(tokens, cache, chunk_len, positions)
+               positions: Array | None = None, layers: Sequence[dict[str, Any]] | None = None,
+               ) -> tuple[Float[Array, "B T V"], KVCache | None]:
+    h, cache = self.hidden(tokens, cache, chunk_len, positions, layers=layers,
+                           layer_loop="scan" if layers is None else "unroll")
     return self.logits(h), cache
 
   def logits(self, h: Float[Array, "B T D"]) -> Float[Array, "B T V"]:
@@ -230,12 +233,16 @@ class Decoder(nnx.Module):
   def hidden(self, tokens: Int[Array, "B T"] | None, cache: KVCache | None = None,
              chunk_len: Int[Array, "B"] | None = None, positions: Array | None = None, *,
              inputs_embeds: Float[Array, "B T D"] | None = None, layer_loop: str = "scan",
-             remat: bool | None = None) -> tuple[Float[Array, "B T D"], KVCache | None]:
+             remat: bool | None = None, layers: Sequence[dict[str, Any]] | None = None,
+             ) -> tuple[Float[Array, "B T D"], KVCache | None]:
     """Final-norm hidden states. `inputs_embeds` replaces the token embedding (multimodal merging).
 
-    `layer_loop="scan"` compiles one layer body (decoding, deep models); `"unroll"` (no cache only) lets XLA fuse
-    across layers, which makes the backward pass of training ~15-20% faster on small models. `remat`
-    (default `cfg.remat`) recomputes each layer in the backward pass.
+    `layer_loop="scan"` compiles one layer body (deep models, compile time); `"unroll"` lets XLA fuse across
+    layers, which makes the backward pass of training ~15-20% faster on small models. `remat` (default
+    `cfg.remat`) recomputes each layer in the backward pass. `layers` (unroll only) are the per-layer weights as
+    separate arrays (`split_layers`, made once outside jit): a decode step reads each weight once from them, where
+    a scan's dynamic slice of the stacked weights, and a static slice too, costs XLA:CPU a copy of every weight per
+    step (bench/decode.py's `split_over_scan_b1`: SmolLM2-135M at batch 1).
     """
     x = self.embed_tokens(tokens) if inputs_embeds is None else inputs_embeds.astype(self.cfg.dtype)
     B, T = x.shape[:2]
@@ -248,9 +255,7 @@ class Decoder(nnx.Module):
     inv_freq, rope_scale = rope_lib.inv_frequencies(c.head_dim, c.rope_theta, c.rope_scaling, c.max_position_embeddings)
     cos, sin = rope_lib.cos_sin(positions, inv_freq, c.mrope_section, rope_scale)
     valid_len = start + chunk_len
-    layer_params = {k: getattr(self, k)[...] for k in self._layer_keys()}
-    if self.lora is not None:
-      layer_params.update(self.lora.layer_params())
+    layer_params = self._stacked_layer_params() if layers is None else None
     # per-layer sliding windows ride along the layer scan (0 = full); without any, no window mask is built at all
     windows = jnp.asarray(c.layer_windows, jnp.int32) if c.layer_windows else None
 
@@ -261,24 +266,37 @@ class Decoder(nnx.Module):
       x, ck, cv = self._layer(x, p, layer, ck, cv, slots, valid_len, cos, sin, cache is not None, window)
       return (x, ck, cv), None
 
-    if layer_loop not in ("scan", "unroll") or (layer_loop == "unroll" and cache is not None):
-      raise ValueError(f"layer_loop={layer_loop!r}: expected 'scan', or 'unroll' without a cache")
+    if layer_loop not in ("scan", "unroll") or (layers is not None and layer_loop != "unroll"):
+      raise ValueError(f"layer_loop={layer_loop!r}: expected 'scan' or 'unroll' ('unroll' with `layers`)")
+    if layers is not None and len(layers) != c.num_layers:
+      raise ValueError(f"layers: {len(layers)} given, the model has {c.num_layers}")
     if self.cfg.remat if remat is None else remat:
       body = jax.checkpoint(body, prevent_cse=layer_loop == "unroll")
-    if cache is None:
-      dummy = jnp.zeros((0,), x.dtype)
-      if layer_loop == "unroll":
-        for i in range(self.cfg.num_layers):
-          (x, _, _), _ = body((x, dummy, dummy), (jax.tree.map(lambda v: v[i], layer_params), i))
-      else:
-        (x, _, _), _ = jax.lax.scan(body, (x, dummy, dummy), (layer_params, jnp.arange(self.cfg.num_layers)))
-      new_cache = None
+    dummy = jnp.zeros((0,), x.dtype)
+    carry = (x, dummy, dummy) if cache is None else (x, cache.k, cache.v)
+    if layer_loop == "unroll":
+      for i in range(c.num_layers):
+        p = jax.tree.map(lambda v: v[i], layer_params) if layers is None else layers[i]
+        carry, _ = body(carry, (p, i))
     else:
-      (x, ck, cv), _ = jax.lax.scan(body, (x, cache.k, cache.v), (layer_params, jnp.arange(self.cfg.num_layers)))
-      new_cache = KVCache(ck, cv, valid_len)
+      carry, _ = jax.lax.scan(body, carry, (layer_params, jnp.arange(c.num_layers)))
+    x, ck, cv = carry
+    new_cache = None if cache is None else KVCache(ck, cv, valid_len)
     return rms_norm(x, self.final_norm[...], self.cfg.rms_norm_eps), new_cache
 
+  def split_layers(self) -> list[dict[str, Any]]:
+    """The layer weights (and adapters) as one dict of separate arrays per layer, for `hidden(layers=...)`.
+    Copies every weight once: call it outside jit, again after the weights change."""
+    stacked = self._stacked_layer_params()
+    return [jax.tree.map(lambda v: jnp.array(v[i]), stacked) for i in range(self.cfg.num_layers)]
+
   # ---------------------------------------------------------------------------------------------- internals
+  def _stacked_layer_params(self) -> dict[str, Any]:
+    params = {k: getattr(self, k)[...] for k in self._layer_keys()}
+    if self.lora is not None:
+      params.update(self.lora.layer_params())
+    return params
+
   def _layer_keys(self) -> list[str]:
     keys = ["attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_gate", "w_up", "w_down"]
     if self.cfg.qkv_bias:
