@@ -3,12 +3,17 @@
 and the no-semantic-memory row also on one 4-clip episode memorized from its video by the real perception.
 
   python -m m3jax.ablate --config configs/ablate.py
-  python -m m3jax.ablate --config configs/ablate.py --set trained_adapter=runs/rl_controller/adapter.npz   # the RL row
+  python -m m3jax.ablate --config configs/ablate.py --set trained_adapter=runs/rl_controller/adapter.npz   # another
+
+The trained controller (the "prompting vs RL" row, and the answerer of the memory rows) is the shipped one,
+m3jax/data/controller/controller.npz, in the protocol its file records; retrieval is MiniLM as it was trained with.
+Turns are 48 tokens, as bench/controller_eval.py runs the untrained base and the shipped controller.
 
 Re-running the same command resumes: finished evaluations are kept in out_dir/evals, RL runs in out_dir/rl.
 """
 
 from m3jax.ablate import AblateConfig
+from m3jax.agent.answer import SHIPPED_CONTROLLER
 from m3jax.rl.dynamic_sampling import DynamicSamplingConfig
 from m3jax.rl.learner import LearnerConfig, OptimConfig
 from m3jax.rl.losses import LossConfig
@@ -17,7 +22,7 @@ from m3jax.rl.program import RLConfig
 
 def get_config() -> AblateConfig:
   rl = RLConfig(
-      model="smollm2-135m-instruct", train_seeds=(0, 200), eval_seeds=(1_000_000, 1_000_001), steps=20,
+      model="smollm2-135m-instruct", embedder="minilm", train_seeds=(0, 200), eval_seeds=(1_000_000, 1_000_001), steps=20,
       batch_questions=8, group_size=4, max_rounds=5, max_new_tokens=192, judge="contains", seq_bucket=512,
       max_seq_len=8192, sampling=DynamicSamplingConfig(enabled=True, max_rounds=2),
       warm_start_steps=20, warm_start_questions=16, warm_start_lr=1e-4, lora_rank=8, lora_alpha=16.0,
@@ -25,6 +30,6 @@ def get_config() -> AblateConfig:
                             optim=OptimConfig(lr=1e-5, schedule="constant", weight_decay=0.01, grad_clip=1.0),
                             temperature=0.6, epochs=1, mini_batches=2, micro_batch=4, remat=True,
                             layer_loop="scan"))
-  return AblateConfig(out_dir="runs/ablate", questions=96, judge="contains", memory_answerer="llm",
-                      max_rounds=5, max_new_tokens=192, rl=rl, rl_seeds=(1, 2, 3),
+  return AblateConfig(out_dir="runs/ablate", questions=96, embedder="minilm", judge="contains", memory_answerer="llm",
+                      trained_adapter=str(SHIPPED_CONTROLLER), max_rounds=5, max_new_tokens=48, rl=rl, rl_seeds=(1, 2, 3),
                       perception_seeds=(1_000_000,))

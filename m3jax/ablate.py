@@ -255,6 +255,29 @@ class Ablation:
     return designs, records, embed
 
   # ------------------------------------------------------------------------------------------ controllers
+  def protocol(self, which: str) -> tuple[bool, int]:
+    """(inter-turn instruction, max_new_tokens) controller `which` runs with by default: the protocol it was
+    trained with. The trained controller's adapter file records its own (the shipped one was trained without the
+    inter-turn instruction, in 48-token turns); the warm start and the RL runs use `rl`'s; the untrained base the
+    paper's (the instruction on)."""
+    from m3jax.models.lora import read_adapter_meta
+    c = self.cfg
+    if which == "trained" and c.trained_adapter:
+      info = read_adapter_meta(c.trained_adapter, "controller")
+      return bool(info.get("inter_turn_instruction", True)), int(info.get("max_new_tokens", c.max_new_tokens))
+    if which == "base" or (which == "trained" and not c.trained_adapter):
+      return True, c.max_new_tokens
+    return c.rl.inter_turn_instruction, c.max_new_tokens
+
+  def memory_spec(self, **options) -> EvalSpec:
+    """The memory rows' evaluation: the memory answerer over a design; with the LLM answerer, the trained
+    controller when one is configured (the untrained 135M base answers almost nothing, which would hide every
+    memory effect), in its own protocol."""
+    if self.cfg.memory_answerer == "rules":
+      return EvalSpec(answerer="rules", **options)
+    who = "trained" if self.cfg.trained else "base"
+    return EvalSpec(answerer="llm", controller=who, instruction=self.protocol(who)[0], **options)
+
   def model(self, which: str):
     """(model, tokenizer) of the base controller, the trained one, the shared warm start or an RL run's result,
     ready to decode (LoRA adapters merged). RL runs' policies are used once and not kept."""
@@ -332,7 +355,9 @@ class Ablation:
       stats: dict[str, Any] = {}
     else:
       searcher = DesignSearcher(designs)
-      answerer = LLMAnswerer(None, embed, self.model(spec.controller), max_new_tokens=c.max_new_tokens,
+      graphs = [d.graph for d in designs] if spec.design == "m3_graph" else None  # names for "<character_i>"
+      answerer = LLMAnswerer(graphs, embed, self.model(spec.controller),
+                             max_new_tokens=self.protocol(spec.controller)[1],
                              constrain_actions=c.constrain_base and spec.controller == "base", searcher=searcher,
                              control=ControlConfig(c.max_rounds, spec.instruction), greedy=c.greedy)
       answers = answerer.answer(questions)

@@ -70,10 +70,11 @@ def build_rows(ab: "Ablation") -> list[Row]:
       rows.append(row)
     return row
 
+  mem_who = f"{mem} answerer" + (f" ({'trained' if cfg.trained else 'untrained base'} controller)"
+                                  if mem == "llm" else "")
   base = None
   if want & {"base", "no_semantic", "no_equivalence", "reference_mode", "designs"}:
-    base = add(_single(ab, Row("base", "M3 graph (memory base)", f"paper mode, {mem} answerer", "—"),
-                       EvalSpec(answerer=mem)))
+    base = add(_single(ab, Row("base", "M3 graph (memory base)", f"paper mode, {mem_who}", "—"), ab.memory_spec()))
   for rid, label, change, opts in (
       ("no_semantic", "no semantic memory", "episodic memories only", (("ablation", "no_semantic"),)),
       ("no_equivalence", "no equivalences / character merging", "face and voice ids stay separate",
@@ -81,19 +82,18 @@ def build_rows(ab: "Ablation") -> list[Row]:
       ("reference_mode", "reference graph mode", "mode='reference' (±2 voting, union merge) vs paper",
        (("mode", "reference"),))):
     if rid in want:
-      add(_single(ab, Row(rid, label, change, PAPER.get(rid, "(report)")), EvalSpec(options=opts, answerer=mem),
-                  base))
+      add(_single(ab, Row(rid, label, change, PAPER.get(rid, "(report)")), ab.memory_spec(options=opts), base))
   if "no_semantic" in want and cfg.perception_seeds:
     where = f"perception-built episodes {', '.join(map(str, cfg.perception_seeds))}, their own questions"
     built = add(_single(ab, Row("no_semantic:perception_base", "M3 graph (perception-built)", where, "—"),
-                        EvalSpec(answerer=mem, source="perception")))
+                        ab.memory_spec(source="perception")))
     add(_single(ab, Row("no_semantic:perception", "no semantic memory (perception-built)",
                         f"episodic memories only; {where}", PAPER["no_semantic"]),
-                EvalSpec(options=(("ablation", "no_semantic"),), answerer=mem, source="perception"), built))
+                ab.memory_spec(options=(("ablation", "no_semantic"),), source="perception"), built))
   if "designs" in want:
     for name in cfg.designs:
       add(_single(ab, Row(f"designs:{name}", f"memory design: {name}", f"{name} instead of the M3 graph", "—"),
-                  EvalSpec(design=name, answerer=mem), base))
+                  ab.memory_spec(design=name), base))
 
   prompting = None
   if want & {"prompting", "rl", "no_instruction", "warm_start", *ALGORITHMS}:
@@ -103,18 +103,25 @@ def build_rows(ab: "Ablation") -> list[Row]:
   if "rl" in want:
     row = Row("rl", "prompting vs RL", "the trained controller vs the untrained base", PAPER["rl"])
     if cfg.trained:
-      trained = add(_single(ab, row, EvalSpec(controller="trained"), prompting))
+      trained = add(_single(ab, row, EvalSpec(controller="trained", instruction=ab.protocol("trained")[0]),
+                            prompting))
     else:
       row.note = "no trained controller configured (set trained_model and/or trained_adapter)"
       add(row)
   if "no_instruction" in want:
     who = "trained" if cfg.trained else "base"
-    ref = trained if cfg.trained else prompting
-    if ref is None:
+    ref, note = (trained if cfg.trained else prompting), ""
+    if not ab.protocol(who)[0]:  # trained without it: its own protocol is the ablated one; evaluate it added
+      note = (f"the {who} controller was trained without the instruction, so this is its own protocol and the "
+              "delta is against adding it")
+      ref = add(_single(ab, Row("no_instruction:with", f"{who} controller with the inter-turn instruction",
+                                "the per-round instruction added to the tool-result message", "—"),
+                        EvalSpec(controller=who, instruction=True)))
+    elif ref is None:
       ref = _single(ab, Row(who, who, ""), EvalSpec(controller=who))
     add(_single(ab, Row("no_instruction", "no inter-turn instruction",
                         f"the per-round instruction left out of the tool-result message ({who} controller)",
-                        PAPER["no_instruction"]), EvalSpec(controller=who, instruction=False), ref))
+                        PAPER["no_instruction"], note=note), EvalSpec(controller=who, instruction=False), ref))
   if "no_reasoning" in want:
     model = cfg.trained_model or cfg.rl.model
     note = ("n/a: no-thinking evaluation is not implemented" if has_thinking_step(model)

@@ -174,7 +174,8 @@ class LLMAnswerer:
     `resolve_names`: a final answer that names someone by id ("<character_1>") gets the name the memory gives
     that id, looked up as the rules answerer does. WHY: the protocol lets the controller search "What is the
     name of <character_i>" itself, but the shipped 135M controller sometimes answers with the id, and a user
-    asked "who" wants a name. Off for the raw protocol (and with a custom `searcher`, which has no graph).
+    asked "who" wants a name. Off for the raw protocol, and without `graphs` (a memory design with no entity
+    graph has no names to look up).
     `slots`: continuous batching over at most this many KV-cache rows (a question's slot passes to the next
     waiting question as soon as it answers; memory stays bounded however many questions one call asks); None
     runs every question of a call as one static batch."""
@@ -196,7 +197,7 @@ class LLMAnswerer:
                if constrain_actions else None)
     self.policy = LLMPolicy(Sampler(model, config), tokenizer, config, actions=actions)
     self.controller = Controller(self.policy, searcher or MemorySearcher(graphs, embed_fn, ASK_SEARCH), control)
-    self.namer = RuleAnswerer(graphs, embed_fn) if resolve_names and searcher is None else None
+    self.namer = RuleAnswerer(graphs, embed_fn) if resolve_names and graphs else None
     self.trajectories, self.slots = [], slots
 
   def answer(self, questions: Sequence[Question]) -> list[str]:
