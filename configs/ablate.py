@@ -22,7 +22,8 @@ from m3jax.rl.program import RLConfig
 
 def get_config() -> AblateConfig:
   rl = RLConfig(
-      model="smollm2-135m-instruct", embedder="minilm", train_seeds=(0, 200), eval_seeds=(1_000_000, 1_000_001), steps=20,
+      model="smollm2-135m-instruct", embedder="minilm", train_seeds=(0, 200), eval_seeds=(1_000_000, 1_000_001),
+      steps=20,
       batch_questions=8, group_size=4, max_rounds=5, max_new_tokens=192, judge="contains", seq_bucket=512,
       max_seq_len=8192, sampling=DynamicSamplingConfig(enabled=True, max_rounds=2),
       warm_start_steps=20, warm_start_questions=16, warm_start_lr=1e-4, lora_rank=8, lora_alpha=16.0,
@@ -30,6 +31,6 @@ def get_config() -> AblateConfig:
                             optim=OptimConfig(lr=1e-5, schedule="constant", weight_decay=0.01, grad_clip=1.0),
                             temperature=0.6, epochs=1, mini_batches=2, micro_batch=4, remat=True,
                             layer_loop="scan"))
-  return AblateConfig(out_dir="runs/ablate", questions=96, embedder="minilm", judge="contains", memory_answerer="llm",
-                      trained_adapter=str(SHIPPED_CONTROLLER), max_rounds=5, max_new_tokens=48, rl=rl, rl_seeds=(1, 2, 3),
-                      perception_seeds=(1_000_000,))
+  return AblateConfig(out_dir="runs/ablate", questions=96, embedder="minilm", judge="contains",
+                      memory_answerer="llm", trained_adapter=str(SHIPPED_CONTROLLER), max_rounds=5, max_new_tokens=48,
+                      rl=rl, rl_seeds=(1, 2, 3), perception_seeds=(1_000_000,))

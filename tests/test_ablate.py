@@ -85,6 +85,24 @@ def test_a_trained_adapter_fills_the_prompting_vs_rl_row(tmp_path):
   assert sorted(result["computed"]) == ["m3_graph-llm-base", "m3_graph-llm-trained"]
 
 
+def test_a_trained_controller_runs_in_the_protocol_its_adapter_records(tmp_path):
+  """Trained without the inter-turn instruction (as the shipped controller): the RL row and the LLM-answered memory
+  rows run it that way, and the no-instruction row is measured against adding the instruction."""
+  from m3jax.models.lora import export_adapter_file
+  from m3jax.rl.program import load_model
+  cfg = tiny(tmp_path / "out", "rows=('base','rl','no_instruction')", "memory_answerer=llm",
+             f"trained_adapter={tmp_path / 'adapter.npz'}")
+  model, _ = load_model(dataclasses.replace(cfg.rl, lora_rank=2))
+  export_adapter_file(tmp_path / "adapter.npz", model, "controller",
+                      {"inter_turn_instruction": False, "max_new_tokens": 4})
+  ab = Ablation(cfg, progress=False)
+  assert ab.protocol("trained") == (False, 4) and ab.protocol("base") == (True, cfg.max_new_tokens)
+  rows = {r["id"]: r for r in ab.run()["rows"]}
+  assert rows["base"]["evals"] == rows["rl"]["evals"] == ["m3_graph-llm-trained-no_instruction"]
+  assert rows["no_instruction:with"]["evals"] == ["m3_graph-llm-trained"]
+  assert rows["no_instruction"]["vs"] == "no_instruction:with" and "trained without" in rows["no_instruction"]["note"]
+
+
 def test_every_rl_run_starts_from_the_shared_warm_start(tmp_path):
   """A fresh run starts exactly at the warm start, whatever its seed (the tiny model's own init depends on it)."""
   import jax
