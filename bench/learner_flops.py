@@ -1,6 +1,6 @@
 """The DAPO learner against its FLOP floor: model GFLOP/s of `Learner.update` vs the best jitted matmul, one run.
 
-  python bench/learner_flops.py [--rows 4] [--prompt 256] [--completion 256] [--reps 3]
+  python bench/learner_flops.py [--rows 4] [--prompt 256] [--completion 256] [--reps 3] [--bf16]
 
 The model is SmolLM2-135M-Instruct's shape (30 layers, d=576, ff=1536, 9/3 heads, vocabulary 49152, tied
 embeddings) with random weights: FLOPs and time depend on shapes only. One update of `--rows` rows of
@@ -11,7 +11,11 @@ every projection (the shipped controller's recipe) and with full fine-tuning. It
 `jnp.matmul` reaches on this machine in the same run, over the step's own projection shapes and 2048³. Every
 program is timed `--reps` times after a compile, in turn; medians.
 
-Final line: RESULT lora_gflop_s=… full_gflop_s=… matmul_gflop_s=… lora_of_floor=… full_of_floor=… cpu=…
+`--bf16` adds the LoRA learner with `compute_dtype="bfloat16"` and the same matmuls in bfloat16 (float32
+accumulation): whether this CPU's bf16 units (AVX512-BF16, AMX) speed the learner up as they speed up a plain dot.
+
+Final line: RESULT lora_gflop_s=… full_gflop_s=… matmul_gflop_s=… lora_of_floor=… full_of_floor=…
+[lora_bf16_gflop_s=… bf16_speedup=… bf16_matmul_gflop_s=…] rows=… tokens=… cpu=…
 """
 
 from __future__ import annotations
@@ -42,13 +46,15 @@ SMOLLM2 = DecoderConfig(vocab_size=49152, hidden_size=576, intermediate_size=153
                         max_position_embeddings=8192, attention_chunk=128)  # as RLConfig.attention_chunk
 
 
-def learner_run(rank: int, rows: int, prompt: int, completion: int):
-  """(run, model FLOPs of one update) for a LoRA (rank > 0) or full fine-tuning learner."""
+def learner_run(rank: int, rows: int, prompt: int, completion: int, compute_dtype: str | None = None):
+  """(run, model FLOPs of one update) for a LoRA (rank > 0) or full fine-tuning learner; `compute_dtype`
+  "bfloat16": activations and matmul inputs in bf16 with f32 parameters, accumulation and log-softmax
+  (`LearnerConfig.compute_dtype`)."""
   model = Decoder(SMOLLM2, rngs=nnx.Rngs(0))
   if rank:
     lora.attach(model, lora.LoRAConfig(rank=rank, alpha=2.0 * rank))
   learner = Learner(model, LearnerConfig(optim=OptimConfig(lr=1e-5), micro_batch=2, layer_loop="scan",
-                                         seq_chunk=256, vocab_chunk=8192))
+                                         seq_chunk=256, vocab_chunk=8192, compute_dtype=compute_dtype))
   rng = np.random.default_rng(0)
   t = prompt + completion
   mask = np.zeros((rows, t), np.float32)
@@ -67,17 +73,18 @@ def learner_run(rank: int, rows: int, prompt: int, completion: int):
   return run, flops
 
 
-def matmul_runs(rows: int, tokens: int) -> dict[str, tuple]:
-  """Jitted float32 matmuls: the update's projection shapes and a large square one."""
+def matmul_runs(rows: int, tokens: int, dtype=jnp.float32) -> dict[str, tuple]:
+  """Jitted matmuls (`dtype` inputs, float32 results): the update's projection shapes and a large square one."""
   n = rows * tokens
   d, ff = SMOLLM2.hidden_size, SMOLLM2.intermediate_size
   shapes = {"[n,d]x[d,ff]": (n, d, ff), "[n,ff]x[ff,d]": (n, ff, d), "2048^3": (2048, 2048, 2048)}
   out = {}
   for name, (m, k, nn) in shapes.items():
-    a = jax.random.normal(jax.random.key(1), (m, k), jnp.float32)
-    b = jax.random.normal(jax.random.key(2), (k, nn), jnp.float32)
-    f = jax.jit(jnp.matmul)
-    out[name] = (lambda f=f, a=a, b=b: jax.block_until_ready(f(a, b)), 2.0 * m * k * nn)
+    a = jax.random.normal(jax.random.key(1), (m, k), dtype)
+    b = jax.random.normal(jax.random.key(2), (k, nn), dtype)
+    f = jax.jit(lambda a, b: jnp.matmul(a, b, preferred_element_type=jnp.float32))
+    suffix = "" if dtype == jnp.float32 else f" {jnp.dtype(dtype).name}"
+    out[name + suffix] = (lambda f=f, a=a, b=b: jax.block_until_ready(f(a, b)), 2.0 * m * k * nn)
   return out
 
 
@@ -87,6 +94,8 @@ def main() -> None:
   ap.add_argument("--prompt", type=int, default=256)
   ap.add_argument("--completion", type=int, default=256)
   ap.add_argument("--reps", type=int, default=3)
+  ap.add_argument("--bf16", action="store_true", help="also the LoRA learner with compute_dtype=bfloat16 and "
+                  "bf16 matmuls (this CPU kind may have AVX512-BF16/AMX)")
   args = ap.parse_args()
   retain_freed_memory()
   cpu = cpu_model()
@@ -95,6 +104,10 @@ def main() -> None:
   runs = {"lora": learner_run(8, args.rows, args.prompt, args.completion),
           "full": learner_run(0, args.rows, args.prompt, args.completion),
           **matmul_runs(args.rows, args.prompt + args.completion)}
+  if args.bf16:
+    runs["lora_bf16"] = learner_run(8, args.rows, args.prompt, args.completion, "bfloat16")
+    runs.update(matmul_runs(args.rows, args.prompt + args.completion, jnp.bfloat16))
+  learners = [k for k in runs if k.startswith(("lora", "full"))]
   for run, _ in runs.values():  # compile
     run()
   times: dict[str, list[float]] = {k: [] for k in runs}
@@ -107,10 +120,13 @@ def main() -> None:
   for k, v in times.items():
     print(f"{k:14s} {statistics.median(v) * 1e3:9.1f} ms  {runs[k][1] / 1e9:8.1f} GFLOP  {rate[k]:7.1f} GFLOP/s  "
           f"(all ms: {[round(x * 1e3) for x in v]})", flush=True)
-  floor = max(rate[k] for k in runs if k not in ("lora", "full"))
+  floor = max(rate[k] for k in runs if k not in learners and "bfloat16" not in k)
   print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
   print(f"RESULT lora_gflop_s={rate['lora']:.1f} full_gflop_s={rate['full']:.1f} matmul_gflop_s={floor:.1f} "
-        f"lora_of_floor={rate['lora'] / floor:.3f} full_of_floor={rate['full'] / floor:.3f} rows={args.rows} "
+        f"lora_of_floor={rate['lora'] / floor:.3f} full_of_floor={rate['full'] / floor:.3f} "
+        + (f"lora_bf16_gflop_s={rate['lora_bf16']:.1f} bf16_speedup={rate['lora_bf16'] / rate['lora']:.2f} "
+           f"bf16_matmul_gflop_s={max(rate[k] for k in runs if 'bfloat16' in k):.1f} " if args.bf16 else "")
+        + f"rows={args.rows} "
         f"tokens={args.prompt}+{args.completion} cpu={cpu.replace(' ', '_')}")
 
 
