@@ -190,6 +190,7 @@ class RLProgram:
     self.stop_ids = tuple(self.tokenizer.encode(END_OF_TURN, add_special_tokens=False))
     self.pad_id = int(self.tokenizer.pad_token_id or 0)
     self.prefill_tokens = self.prefill_tokens_saved = 0  # over every rollout of this program (`Sampler`'s counts)
+    self.decode_tokens = self.decode_row_steps = 0  # tokens sampled / batch rows x decode steps run (this process)
 
   # ------------------------------------------------------------------------------------------- rollouts
   def local_model(self):
@@ -231,6 +232,8 @@ class RLProgram:
     trajs = Controller(policy, self.searcher, c.control).run(questions, slots=slots)
     self.prefill_tokens += sampler.prefill_tokens
     self.prefill_tokens_saved += sampler.prefill_tokens_saved
+    self.decode_tokens += sampler.decode_tokens
+    self.decode_row_steps += sampler.decode_row_steps
     verdicts = self.judge.judge([JudgeItem(t.question, t.ground_truth, t.response) for t in trajs])
     parts = reward_components([float(v.correct) for v in verdicts], [rollout.episode_stats(t) for t in trajs],
                               c.reward)
