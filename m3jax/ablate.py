@@ -84,8 +84,9 @@ class AblateConfig:
   rl: RLConfig = RLConfig()  # the base controller (rl.model) and the budget every RL row trains with
   algorithms: tuple[str, ...] = ("grpo", "dapo", "taura")
   rl_seeds: tuple[int, ...] = (1, 2, 3)
-  # the "no semantic memory" row also on these held-out episodes, rendered and memorized from their video by the
-  # real perception and the template writer (as `m3jax memorize`), each asked its own questions; () = none
+  # the search-time memory rows (no semantic memory, no equivalences) also on these held-out episodes, rendered and
+  # memorized from their video by the real perception and the template writer (as `m3jax memorize`), each asked its
+  # own questions; () = none
   perception_seeds: tuple[int, ...] = ()
   perception_episode: EpisodeConfig = EpisodeConfig(num_clips=4)
   perception_face_fps: float = 0.5
@@ -247,6 +248,10 @@ class Ablation:
     """(designs, records, text embedder) an evaluation answers over."""
     if spec.source == "gold":
       return self.designs(spec.design, spec.options), self.records, self.embed
+    built = {k for k, _ in spec.options if k in {f.name for f in dataclasses.fields(GraphConfig)}}
+    if built:  # a memorization-time setting cannot be applied to a graph memorized without it
+      raise ValueError(f"perception-built memories were memorized with the default GraphConfig; options "
+                       f"{sorted(built)} would need them memorized again")
     graphs, records, embed = self.perception_task()
     designs = []
     for g in graphs:

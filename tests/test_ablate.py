@@ -116,3 +116,12 @@ def test_every_rl_run_starts_from_the_shared_warm_start(tmp_path):
   run = jax.tree.leaves(nnx.state(ab.rl_program("rl-grpo-seed2").model, nnx.Param))
   assert len(run) == len(warm) and all(np.array_equal(a, b) for a, b in zip(warm, run))
   assert not all(np.array_equal(a, b) for a, b in zip(warm, own))
+
+
+def test_a_memorization_time_option_is_refused_on_perception_built_memories(tmp_path):
+  """The graph mode also weights edges while memorizing: applied to a graph memorized without it, it would be
+  silently ignored."""
+  ab = Ablation(tiny(tmp_path), progress=False)
+  with pytest.raises(ValueError, match=r"\['mode'\] would need them memorized again"):
+    ab.memory(EvalSpec(options=(("mode", "reference"),), source="perception"))
+
