@@ -320,3 +320,23 @@ def test_frequency_and_presence_penalties_match_their_definition(tiny):
   plain = Sampler(model, SamplingConfig(max_new_tokens=n, greedy=True)).generate([prompt]).tokens[0]
   assert len({tuple(plain), tuple(runs[0.03, 0.0]), tuple(runs[0.0, 0.03])}) == 3  # penalties and kinds matter
   assert max(runs[0.03, 0.0].count(t) for t in set(runs[0.03, 0.0])) >= 3  # repeated tokens: the kinds differ
+
+
+def test_slots_starting_one_prompt_prefill_it_once(tiny):
+  """Continuous batching: empty slots that start the same prompt in one call (an RL group entering its slots)
+  prefill it once and copy the cache row; tokens and log-probs equal prefilling each slot, and a slot that already
+  holds a conversation is never a copy source."""
+  model, _, _ = tiny
+  a, b = _prompts((7, 12))
+  short = SamplingConfig(max_new_tokens=10, greedy=True)
+  shared, separate = Sampler(model, short), Sampler(model, short, share_prefix=False)
+  one = shared.continue_(shared.empty_state(4), [a, a, b, a])
+  ref = separate.continue_(separate.empty_state(4), [a, a, b, a])
+  assert one.tokens == ref.tokens and one.state.history == ref.state.history
+  for x, y in zip(one.logprobs, ref.logprobs):
+    np.testing.assert_allclose(x, y, atol=1e-5)
+  assert shared.prefill_tokens_saved == 2 * 7 and shared.prefill_tokens == 7 + 12
+  shared.reset_rows(one.state, [1])
+  separate.reset_rows(ref.state, [1])
+  two, ref2 = shared.continue_(one.state, [[5], a, None, None]), separate.continue_(ref.state, [[5], a, None, None])
+  assert two.tokens == ref2.tokens and shared.prefill_tokens_saved == 2 * 7  # row 0 is not empty: no copy

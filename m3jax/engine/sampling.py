@@ -11,7 +11,8 @@ Throughput design:
 * decode is a `lax.while_loop` that stops when every row is done or the budget is spent; the cache is donated;
 * stop strings need detokenisation, so they are checked on the host every `stop_check_interval` steps (the loop
   resumes on device from where it stopped); stop token ids are checked on device every step;
-* identical prompts of one `generate` call (an RL group's samples) are prefilled once and their cache rows forked;
+* identical prompts of one `generate` call (an RL group's samples) are prefilled once and their cache rows forked,
+  and so are identical prompts starting in empty rows of one `continue_` call (continuous batching's slots);
 * `continue_` appends new tokens (a tool result, a user message) at each row's own cache offset and keeps decoding,
   without re-prefilling the conversation;
 * `reset_rows` empties chosen rows of a live state, so a finished conversation's slot takes a new one while the
@@ -93,6 +94,16 @@ class SampleOutput:
   finish_reason: list[str]
   state: DecodeState
   text: list[str] | None = None
+
+
+def _first_of_equal(feed: list[list[int]], fresh: list[bool]) -> dict[int, int]:
+  """{row: the first earlier row fed the same tokens} over the `fresh` (empty) rows fed something."""
+  first: dict[tuple[int, ...], int] = {}
+  out = {}
+  for b, f in enumerate(feed):
+    if fresh[b] and f and first.setdefault(tuple(f), b) != b:
+      out[b] = first[tuple(f)]
+  return out
 
 
 def _bucket(n: int, buckets: Sequence[int]) -> int:
@@ -270,6 +281,7 @@ class Sampler:
     if not active.any():
       raise ValueError("continue_() needs new tokens for at least one row")
     cache_len = np.asarray(jax.device_get(state.cache.length))
+    fresh = [not state.history[b] and not cache_len[b] for b in range(state.batch)]  # empty rows: a new start
     feed = []
     for b, r in enumerate(rows):
       if r is None:
@@ -282,24 +294,39 @@ class Sampler:
       raise ValueError("a continued row needs at least one new token")
     need = max(int(cache_len[b]) + len(feed[b]) for b in range(state.batch)) + cfg.max_new_tokens
     cache = self._ensure_capacity(state.cache, need, cfg)
+    # empty rows starting the same prompt (an RL group entering its slots together) prefill it once: the others
+    # are fed nothing, then take a copy of its cache row and logits
+    source = _first_of_equal(feed, fresh) if self.share_prefix else {}
+    if source:
+      self.prefill_tokens_saved += sum(len(feed[b]) for b in source)
+      feed = [[] if b in source else f for b, f in enumerate(feed)]
+    logits, cache = self._prefill_feed(cache, feed, state.batch, cfg)
+    if source:
+      index = np.arange(state.batch, dtype=np.int32)
+      index[list(source)] = list(source.values())
+      cache, logits = fork(cache, logits, jnp.asarray(index), jnp.ones((state.batch,), bool))
+    return rows, active, logits, cache
+
+  def _prefill_feed(self, cache, feed: list[list[int]], batch: int, cfg: SamplingConfig):
+    """Prefills `feed[b]` at each row's cache offset (rows fed nothing are left as they are); returns (last-token
+    logits [batch, V], cache)."""
     chunk_len = np.array([len(f) for f in feed], np.int32)
     self.prefill_tokens += int(chunk_len.sum())
     groups = self._width_groups(chunk_len, cfg) if self.split_prefill else None
     if groups is None:
-      tokens = tokens_of(feed, range(state.batch), _bucket(int(chunk_len.max()), cfg.length_buckets))
-      logits, cache = prefill(self.graphdef, self.params, cache, jnp.asarray(tokens), jnp.asarray(chunk_len))
-      return rows, active, logits, cache
+      tokens = tokens_of(feed, range(batch), _bucket(int(chunk_len.max()), cfg.length_buckets))
+      return prefill(self.graphdef, self.params, cache, jnp.asarray(tokens), jnp.asarray(chunk_len))
     logits = None
     for members, width in groups:
       # the group's rows, padded to a batch bucket with other rows of the batch (fed nothing, written back as
       # they were: distinct indices, so the scatter back has no duplicate writes)
-      others = [b for b in range(state.batch) if b not in set(members)]
+      others = [b for b in range(batch) if b not in set(members)]
       index = members + others[:_bucket(len(members), cfg.batch_buckets) - len(members)]
       part, cache = prefill_subset(self.graphdef, self.params, cache, jnp.asarray(index, jnp.int32),
                                     jnp.asarray(tokens_of(feed, index[:len(members)], width, len(index))),
                                     jnp.asarray(chunk_len[index] * (np.arange(len(index)) < len(members))))
-      logits = scatter_logits(logits, part, jnp.asarray(members, jnp.int32), state.batch)
-    return rows, active, logits, cache
+      logits = scatter_logits(logits, part, jnp.asarray(members, jnp.int32), batch)
+    return logits, cache
 
   def _width_groups(self, chunk_len: np.ndarray, cfg: SamplingConfig) -> list[tuple[list[int], int]] | None:
     """Rows grouped by their own width bucket, when prefilling each group as a batch of its own computes at most
