@@ -185,7 +185,7 @@ def plot(rows: list[Row], path) -> None:
   ax.invert_yaxis()
   ax.set_xlim(0, 1)
   ax.set_xlabel("held-out accuracy")
-  ax.set_title("error bars: std over seeds (RL rows, orange), s.e. over questions (others)", fontsize=9)
+  ax.set_title("error bars: std over seeds (RL rows, orange),\nstandard error over questions (others)", fontsize=9)
   fig.tight_layout()
   fig.savefig(path, dpi=120)
   plt.close(fig)
