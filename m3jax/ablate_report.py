@@ -87,13 +87,13 @@ def build_rows(ab: "Ablation") -> list[Row]:
   # the search-time rows again on memories perception built: gold memories file every line under the face, so
   # merging the voice into it can only matter where a writer tagged speech by voice. (The graph mode also changes
   # how memorization weights edges, so its row would need the episode memorized again; it is not repeated.)
-  graph_rows = graph_rows[:2]
-  if cfg.perception_seeds and want & {rid for rid, *_ in graph_rows}:
+  search_rows = graph_rows[:2]
+  if cfg.perception_seeds and want & {rid for rid, *_ in search_rows}:
     where = f"perception-built episodes {', '.join(map(str, cfg.perception_seeds))}, their own questions"
     built = _single(ab, Row("perception:base", "M3 graph (perception-built)", where, "—"),
                     ab.memory_spec(source="perception"))
     rows.append(built)
-    for rid, label, change, opts in graph_rows:
+    for rid, label, change, opts in search_rows:
       if rid in want:
         add(_single(ab, Row(f"{rid}:perception", f"{label} (perception-built)", f"{change}; {where}",
                             PAPER.get(rid, "(report)")), ab.memory_spec(options=opts, source="perception"), built))
