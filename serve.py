@@ -68,8 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     store = _store(cfg)
     try:
       if args.command == "import-pickle":
-        from m3jax.memory.graph import MemoryGraph
-        space = store.import_graph(args.tenant, args.name, MemoryGraph.from_reference_pickle(args.path))
+        from m3jax.memory.reference_pickle import load_reference_pickle
+        space = store.import_graph(args.tenant, args.name, load_reference_pickle(args.path))
       else:
         space = store.import_memory_dir(args.tenant, args.name, args.path)
     finally:

@@ -30,8 +30,8 @@ from m3jax.agent.control import Controller, ControlConfig, Question
 from m3jax.agent.policy import LLMPolicy
 from m3jax.agent.prompts import FIRST_USER_MESSAGE, round_suffix, system_message
 from m3jax.memory.fixture_embedder import HashedBowEmbedder
-from m3jax.memory.graph import MemoryGraph
 from m3jax.memory.search import MemorySearcher, SearchConfig
+from m3jax.memory.reference_pickle import load_reference_pickle
 from m3jax.models.llm import load_llm
 from m3jax.engine.sampling import Sampler, SamplingConfig
 from m3jax.models.weights.gguf import smollm2_path
@@ -129,7 +129,7 @@ def main() -> None:
   require({"torch": "torch", "transformers": "transformers"})  # the competitor's packages (bench/setup)
 
   embed = HashedBowEmbedder.from_json(FIXTURES / "small.embedder.json")
-  graphs = [MemoryGraph.from_reference_pickle(FIXTURES / f"{g}.pkl") for g in GRAPHS]
+  graphs = [load_reference_pickle(FIXTURES / f"{g}.pkl") for g in GRAPHS]
   searcher = MemorySearcher(graphs, embed, SearchConfig(exclusion="reference"))
   questions = bench_questions(args.questions)
   model, tok = load_llm()

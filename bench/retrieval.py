@@ -29,6 +29,7 @@ from m3jax.memory.fixture_embedder import HashedBowEmbedder
 from m3jax.memory.graph import EPISODIC, FACE, FLAG_SEMANTIC, SEMANTIC
 from m3jax.memory.index import ScannIndex
 from m3jax.memory.store import from_columns
+from m3jax.memory.reference_pickle import load_reference_pickle
 
 TESTS = pathlib.Path(__file__).resolve().parents[1] / "tests"
 sys.path.insert(0, str(TESTS))              # the reference oracle, tests/reference_search.py
@@ -65,7 +66,7 @@ class TableEmbedder:
 def bench_medium(n_q: int) -> tuple[float, float]:
   qs = questions(n_q)
   path = FIX / "medium.pkl"
-  graph = MemoryGraph.from_reference_pickle(path)
+  graph = load_reference_pickle(path)
   from m3jax.memory import tags
   variants = {v for q in qs for bc in (q["before_clip"],) for v in
               tags.back_translate(q["query"], graph.characters(bc).mappings)}

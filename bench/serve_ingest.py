@@ -33,11 +33,11 @@ import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from m3jax.agent.memorize import Memorizer, MemorizeConfig  # noqa: E402
+from m3jax.agent.memorize import Memorizer  # noqa: E402
 from m3jax.agent.observations import ClipMemories, ClipObservation  # noqa: E402
 from m3jax.data.episodes import EpisodeConfig, make_episode, render_gold  # noqa: E402
-from m3jax.memory.graph import MemoryGraph  # noqa: E402
 from m3jax.memory.search import MemorySearcher  # noqa: E402
+from m3jax.memory.store import load_graph, save_graph  # noqa: E402
 from m3jax.serve.config import ServeConfig  # noqa: E402
 from m3jax.serve.spaces import SpaceStore  # noqa: E402
 
@@ -101,8 +101,8 @@ def main() -> None:
       store.apply_journal(space, memorizer.graph.journal)
       memorizer.graph.journal = None
       t3 = time.perf_counter()
-      memorizer.graph.save(tmp / "old_checkpoint")          # the old path: full save, full reload, new searcher
-      MemorySearcher([MemoryGraph.load(tmp / "old_checkpoint")], embed, cfg.search)
+      save_graph(memorizer.graph, tmp / "old_checkpoint")          # the old path: full save, full reload, new searcher
+      MemorySearcher([load_graph(tmp / "old_checkpoint")], embed, cfg.search)
       t4 = time.perf_counter()
       rows.append((t1 - t0, t2 - t1, t3 - t2, t4 - t3))
     assert space.graph.to_json() == memorizer.graph.to_json()    # the searchable copy is the memorized graph

@@ -34,6 +34,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from m3jax.ablate_report import ALGORITHMS, EvalSpec, build_rows, design_key, write_outputs
 from m3jax.agent.judges import HTTPJudgeConfig, make_judge, score_answers
 from m3jax.config import add_config_args, apply_overrides, load_config
 from m3jax.data.episodes import EpisodeConfig
@@ -44,19 +45,6 @@ from m3jax.memory.designs import DesignError, DesignSearcher, design_class, load
 from m3jax.memory.graph import GraphConfig
 from m3jax.rl.program import RLConfig
 
-# What each RL algorithm changes in the shared `rl` config (the budget stays: steps, batch_questions, group_size)
-ALGORITHMS = {
-    "grpo": "group-normalised advantages, symmetric clip (clip_high = clip_low), seq-mean-token-mean, every group "
-            "trained (no dynamic sampling)",
-    "dapo": "group-normalised advantages, clip-higher (rl.learner.loss), token-mean, dynamic sampling of "
-            "mixed-outcome groups (up to rl.sampling.max_rounds generation rounds per step: more rollouts, the "
-            "same number of updates)",
-    "taura": "DAPO with TAURA token advantages (entropy and turn weighted)",
-}
-# The paper's deltas, points (robot / web / VideoMME-long), or what it reports instead
-PAPER = {"no_semantic": "−17.1 / −19.2 / −13.1", "rl": "+10.0 / +8.0 / +9.3",
-         "no_instruction": "−10.5 / −5.8 / −5.9", "no_reasoning": "−11.7 / −8.8 / −9.5",
-         "grpo": "DAPO > GRPO", "dapo": "DAPO > GRPO"}
 ROWS = ("base", "no_semantic", "no_equivalence", "reference_mode", "designs", "prompting", "rl", "no_instruction",
         "no_reasoning", "warm_start", "grpo", "dapo", "taura")
 
@@ -117,27 +105,6 @@ class AblateConfig:
   @property
   def trained(self) -> bool:
     return bool(self.trained_model or self.trained_adapter)
-
-
-@dataclasses.dataclass(frozen=True)
-class EvalSpec:
-  """One evaluation: a memory design (with options) answered by a controller. Rows that share a spec share it."""
-  design: str = "m3_graph"
-  options: tuple[tuple[str, Any], ...] = ()
-  answerer: str = "llm"  # llm | rules
-  controller: str = "base"  # base | trained | warm | rl-ALGO-seedS
-  instruction: bool = True
-  source: str = "gold"  # gold: the held-out questions over gold memories; perception: the perception-built episodes
-
-  @property
-  def key(self) -> str:
-    llm = f"-{self.controller}" if self.answerer == "llm" else ""
-    tail = ("" if self.instruction else "-no_instruction") + ("" if self.source == "gold" else f"-{self.source}")
-    return f"{design_key(self.design, self.options)}-{self.answerer}{llm}{tail}"
-
-
-def design_key(name: str, options: tuple[tuple[str, Any], ...]) -> str:
-  return name.replace(":", ".") + "".join(f"-{k}={v}" for k, v in options)
 
 
 def rl_config(cfg: AblateConfig, algorithm: str, seed: int, out_dir: pathlib.Path) -> RLConfig:
@@ -375,7 +342,6 @@ class Ablation:
 
   # ------------------------------------------------------------------------------------------ rows
   def run(self) -> dict:
-    from m3jax.ablate_report import build_rows, write_outputs
     rows = build_rows(self)
     return write_outputs(self, rows)
 
@@ -384,12 +350,6 @@ def _decoding(model):
   """The model to decode with: LoRA adapters folded into a copy of the weights (as RLProgram's rollouts do)."""
   from m3jax.models.lora import merged
   return merged(model) if getattr(model, "lora", None) is not None else model
-
-
-def has_thinking_step(model: str) -> bool:
-  """Whether the controller model writes a thinking step before acting (Qwen3's <think>); SmolLM2 and the random
-  tiny model do not."""
-  return "qwen3" in model.lower()
 
 
 def _jsonable(x):

@@ -1,4 +1,5 @@
-"""The rows of `m3jax.ablate` from its evaluations, and their outputs: markdown table, PNG, JSON.
+"""The rows of `m3jax.ablate` from its evaluations, and their outputs: markdown table, PNG, JSON; what one
+evaluation is (`EvalSpec`) and the paper's deltas the rows are printed beside (`PAPER`).
 
 A row's number is an accuracy on the shared held-out questions with an error bar: the standard error over
 questions (sqrt(p(1-p)/n)) for one evaluation, the sample std over seeds for the RL rows (mean ± std). Its delta
@@ -15,10 +16,51 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from m3jax.ablate import ALGORITHMS, PAPER, EvalSpec, has_thinking_step
-
 if TYPE_CHECKING:
   from m3jax.ablate import Ablation
+
+
+# What each RL algorithm changes in the shared `rl` config (the budget stays: steps, batch_questions, group_size)
+ALGORITHMS = {
+    "grpo": "group-normalised advantages, symmetric clip (clip_high = clip_low), seq-mean-token-mean, every group "
+            "trained (no dynamic sampling)",
+    "dapo": "group-normalised advantages, clip-higher (rl.learner.loss), token-mean, dynamic sampling of "
+            "mixed-outcome groups (up to rl.sampling.max_rounds generation rounds per step: more rollouts, the "
+            "same number of updates)",
+    "taura": "DAPO with TAURA token advantages (entropy and turn weighted)",
+}
+# The paper's deltas, points (robot / web / VideoMME-long), or what it reports instead
+PAPER = {"no_semantic": "−17.1 / −19.2 / −13.1", "rl": "+10.0 / +8.0 / +9.3",
+         "no_instruction": "−10.5 / −5.8 / −5.9", "no_reasoning": "−11.7 / −8.8 / −9.5",
+         "grpo": "DAPO > GRPO", "dapo": "DAPO > GRPO"}
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSpec:
+  """One evaluation: a memory design (with options) answered by a controller. Rows that share a spec share it."""
+  design: str = "m3_graph"
+  options: tuple[tuple[str, Any], ...] = ()
+  answerer: str = "llm"  # llm | rules
+  controller: str = "base"  # base | trained | warm | rl-ALGO-seedS
+  instruction: bool = True
+  source: str = "gold"  # gold: the held-out questions over gold memories; perception: the perception-built episodes
+
+  @property
+  def key(self) -> str:
+    llm = f"-{self.controller}" if self.answerer == "llm" else ""
+    tail = ("" if self.instruction else "-no_instruction") + ("" if self.source == "gold" else f"-{self.source}")
+    return f"{design_key(self.design, self.options)}-{self.answerer}{llm}{tail}"
+
+
+def design_key(name: str, options: tuple[tuple[str, Any], ...]) -> str:
+  return name.replace(":", ".") + "".join(f"-{k}={v}" for k, v in options)
+
+
+def has_thinking_step(model: str) -> bool:
+  """Whether the controller model writes a thinking step before acting (Qwen3's <think>); SmolLM2 and the random
+  tiny model do not."""
+  return "qwen3" in model.lower()
+
 
 
 @dataclasses.dataclass

@@ -131,12 +131,12 @@ def locate_graphs(cfg: EvalConfig, questions: Sequence[BenchQuestion]) -> dict[s
 def load_graph(path: pathlib.Path):
   """A memory directory (`m3jax memorize`, the demo), a reference pickle, or a saved graph directory."""
   from m3jax.agent.memorize import load_memory, read_manifest
-  from m3jax.memory.graph import MemoryGraph
+  from m3jax.memory import reference_pickle, store
   if path.suffix == ".pkl":
-    return MemoryGraph.from_reference_pickle(path)
+    return reference_pickle.load_reference_pickle(path)
   if path.is_dir() and (path / "manifest.json").exists() and read_manifest(path) is not None:
     return load_memory(path)
-  return MemoryGraph.load(path)
+  return store.load_graph(path)
 
 
 def drop_torn_tail(path: pathlib.Path) -> None:

@@ -11,8 +11,8 @@ from m3jax.agent import prompts
 from m3jax.agent.control import Controller, ControlConfig, Question
 from m3jax.agent.policy import Turn
 from m3jax.memory.fixture_embedder import HashedBowEmbedder
-from m3jax.memory.graph import MemoryGraph
 from m3jax.memory.search import MemorySearcher, SearchConfig
+from m3jax.memory.reference_pickle import load_reference_pickle
 
 FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures" / "official_graphs"
 
@@ -62,7 +62,7 @@ class CountingSearcher:
 @pytest.fixture(scope="module")
 def searcher():
   embed = HashedBowEmbedder.from_json(FIXTURES / "small.embedder.json")
-  graphs = [MemoryGraph.from_reference_pickle(FIXTURES / f"{name}.pkl") for name in ("small", "medium")]
+  graphs = [load_reference_pickle(FIXTURES / f"{name}.pkl") for name in ("small", "medium")]
   return MemorySearcher(graphs, embed, SearchConfig())
 
 

@@ -12,8 +12,8 @@ from m3jax.agent.control import Controller, ControlConfig, Question
 from m3jax.agent.judges import JudgeItem, LocalLLMJudge, Verdict
 from m3jax.agent.policy import ChatCompleter, LLMPolicy, continuation_text
 from m3jax.memory.fixture_embedder import HashedBowEmbedder
-from m3jax.memory.graph import MemoryGraph
 from m3jax.memory.search import MemorySearcher, SearchConfig
+from m3jax.memory.reference_pickle import load_reference_pickle
 from m3jax.models.decoder import Decoder, DecoderConfig
 from m3jax.models.llm import load_llm
 from m3jax.engine.sampling import Sampler, SamplingConfig
@@ -31,7 +31,7 @@ QUESTIONS = [
 @pytest.fixture(scope="module")
 def searcher():
   embed = HashedBowEmbedder.from_json(FIXTURES / "small.embedder.json")
-  graphs = [MemoryGraph.from_reference_pickle(FIXTURES / f"{name}.pkl") for name in ("small", "medium")]
+  graphs = [load_reference_pickle(FIXTURES / f"{name}.pkl") for name in ("small", "medium")]
   return MemorySearcher(graphs, embed, SearchConfig())
 
 

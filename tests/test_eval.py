@@ -16,8 +16,8 @@ from m3jax.data.m3bench import parse_annotations
 from m3jax.eval import EvalConfig, make_embedder, run_eval, select_questions
 from m3jax.eval_report import distance_bucket, format_summary, read_jsonl, summarize
 from m3jax.memory.fixture_embedder import HashedBowEmbedder
-from m3jax.memory.graph import MemoryGraph
 from m3jax.memory.search import MemorySearcher, SearchConfig
+from m3jax.memory.reference_pickle import load_reference_pickle
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "official_graphs"
@@ -59,7 +59,7 @@ ANNOTATIONS = {
 @pytest.fixture(scope="module")
 def factory():
   embed = make_embedder("hashed")
-  graphs = {f"data/memory_graphs/robot/{n}.pkl": MemoryGraph.from_reference_pickle(FIXTURES / f"{n}.pkl")
+  graphs = {f"data/memory_graphs/robot/{n}.pkl": load_reference_pickle(FIXTURES / f"{n}.pkl")
             for n in ("small", "medium")}
   calls = []
 

@@ -60,3 +60,72 @@ def test_an_upward_import_is_found(tmp_path):
   (tmp_path / "agent").mkdir()
   (tmp_path / "agent" / "writers.py").write_text("def f():\n  from m3jax.sft.omni_writer import load\n")
   assert upward_imports(tmp_path) == ["m3jax/agent/writers.py:2 imports m3jax.sft.omni_writer"]
+
+
+def _runtime_imports(tree: ast.AST):
+  """`_imports` without the `if TYPE_CHECKING:` blocks, which annotations read and Python never runs."""
+  skip = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+      skip |= {id(n) for n in ast.walk(node)}
+  for node in ast.walk(tree):
+    if id(node) in skip:
+      continue
+    if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+      yield node.module, [a.name for a in node.names]
+    elif isinstance(node, ast.Import):
+      for alias in node.names:
+        yield alias.name, []
+
+
+def import_cycles(package: pathlib.Path = PACKAGE) -> list[list[str]]:
+  """Circles in the module graph, function-level imports included (a lazy import only hides a circle until both
+  halves load). `from m3jax.memory import tags` is an edge to m3jax.memory.tags alone: the package's
+  `__init__` runs first either way, before the importing module does."""
+  modules = {}
+  for path in package.rglob("*.py"):
+    parts = ("m3jax",) + path.relative_to(package).with_suffix("").parts
+    modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+  graph = {}
+  for module, path in modules.items():
+    edges = set()
+    for target, names in _runtime_imports(ast.parse(path.read_text(), str(path))):
+      subs = {f"{target}.{n}" for n in names} & modules.keys()
+      edges |= subs or ({target} & modules.keys())
+    graph[module] = edges - {module}
+  index, low, stack, cycles = {}, {}, [], []
+
+  def visit(v):  # Tarjan's strongly connected components
+    index[v] = low[v] = len(index)
+    stack.append(v)
+    for w in sorted(graph[v]):
+      if w not in index:
+        visit(w)
+        low[v] = min(low[v], low[w])
+      elif w in stack:
+        low[v] = min(low[v], index[w])
+    if low[v] == index[v]:
+      component = []
+      while not component or component[-1] != v:
+        component.append(stack.pop())
+      if len(component) > 1:
+        cycles.append(sorted(component))
+
+  for v in sorted(graph):
+    if v not in index:
+      visit(v)
+  return cycles
+
+
+def test_no_import_cycles():
+  assert import_cycles() == []
+
+
+def test_an_import_cycle_is_found(tmp_path):
+  (tmp_path / "agent").mkdir()
+  (tmp_path / "agent" / "writers.py").write_text("def f():\n  from m3jax.agent.omni import load\n")
+  (tmp_path / "agent" / "omni.py").write_text("from m3jax.agent import writers\n")
+  (tmp_path / "agent" / "other.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                                "  from m3jax.agent.omni import load\n")
+  (tmp_path / "agent" / "__init__.py").write_text("from m3jax.agent.other import x\n")
+  assert import_cycles(tmp_path) == [["m3jax.agent.omni", "m3jax.agent.writers"]]

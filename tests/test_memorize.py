@@ -313,10 +313,10 @@ def test_memorizer_builds_the_writer_its_config_names(tmp_path, monkeypatch):
   (`writer_chat`, which loads the LLM, is replaced here by a recorder: loading SmolLM2 is covered elsewhere)."""
   import dataclasses
 
-  from m3jax.agent import writers
+  from m3jax.agent import memorize
   assert isinstance(Memorizer(tmp_path / "t", CONFIG).writer, TemplateWriter)
   asked = []
-  monkeypatch.setattr(writers, "writer_chat", lambda llm: asked.append(llm) or (lambda batch: ["{}"] * len(batch)))
+  monkeypatch.setattr(memorize, "writer_chat", lambda llm: asked.append(llm) or (lambda batch: ["{}"] * len(batch)))
   m = Memorizer(tmp_path / "l", dataclasses.replace(CONFIG, writer="llm", writer_llm="my-llm.gguf"))
   assert isinstance(m.writer, LLMWriter) and asked == ["my-llm.gguf"]
   assert m.settings["writer"] == "llm" and m.settings["writer_model"] == "my-llm.gguf"

@@ -9,6 +9,7 @@ import pytest
 from m3jax.memory import GraphConfig, GraphError, MemoryGraph
 from m3jax.memory import tags
 from m3jax.memory.fixture_embedder import HashedBowEmbedder
+from m3jax.memory.reference_pickle import load_reference_pickle
 
 import reference_search as rs  # tests/reference_search.py: the oracle, independent of m3jax
 
@@ -22,7 +23,7 @@ def embedder():
 
 @pytest.fixture(scope="module")
 def graphs():
-  return {n: MemoryGraph.from_reference_pickle(FIX / f"{n}.pkl") for n in ("small", "medium")}
+  return {n: load_reference_pickle(FIX / f"{n}.pkl") for n in ("small", "medium")}
 
 
 def test_fixture_embedder_matches_test_vectors(embedder):

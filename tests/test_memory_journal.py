@@ -10,6 +10,7 @@ from m3jax.memory import journal
 from m3jax.memory.fixture_embedder import HashedBowEmbedder
 from m3jax.memory.graph import FACE, GraphConfig, GraphError, MemoryGraph
 from m3jax.memory.store import _columns
+from m3jax.memory.store import load_graph, save_graph
 
 EMBED = HashedBowEmbedder((), (), 32)
 CONFIG = GraphConfig(text_dim=32, face_dim=8, voice_dim=6, face_threshold=0.9, voice_threshold=0.9,
@@ -48,7 +49,7 @@ def test_replayed_journals_rebuild_the_graph_exactly(tmp_path):
   live.add_entity("face", _unit(rng, 2, CONFIG.face_dim), ["seed crop"])
   for clip in range(3):
     _clip(live, rng, clip, people, voices)
-  live.save(tmp_path / "snapshot")
+  save_graph(live, tmp_path / "snapshot")
   names = []
   for clip in range(3, 9):                      # the capacities grow on the way (initial_capacity=4)
     live.journal = []
@@ -59,7 +60,7 @@ def test_replayed_journals_rebuild_the_graph_exactly(tmp_path):
   assert live.faces.count.growths or live.text_emb.growths
   assert any(r[0] == "entities" and not created for name in names for r in journal.load(tmp_path / name)
              if r[1] == FACE for _, created, _, _ in r[2])             # merges were journaled, not only creations
-  rebuilt = MemoryGraph.load(tmp_path / "snapshot")
+  rebuilt = load_graph(tmp_path / "snapshot")
   for name in names:
     journal.replay(rebuilt, journal.load(tmp_path / name))
   assert _state(rebuilt) == _state(live)

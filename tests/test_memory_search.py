@@ -9,6 +9,7 @@ import pytest
 from m3jax.memory import MemoryGraph, MemorySearcher, SearchConfig, SearchError, SearchRequest
 from m3jax.memory.fixture_embedder import HashedBowEmbedder
 from m3jax.memory.index import ExactIndex, ScannIndex, attach_scann
+from m3jax.memory.reference_pickle import load_reference_pickle
 
 import reference_search as rs  # tests/reference_search.py: the oracle, independent of m3jax
 
@@ -23,7 +24,7 @@ def embedder():
 
 @pytest.fixture(scope="module")
 def graphs():
-  return [MemoryGraph.from_reference_pickle(FIX / f"{n}.pkl") for n in ("small", "medium")]
+  return [load_reference_pickle(FIX / f"{n}.pkl") for n in ("small", "medium")]
 
 
 def _requests(name: str, graph_index: int):
@@ -111,7 +112,7 @@ def test_clip_modes_match_reference(graphs, embedder):
 
 
 def test_indexes_agree_with_exact(graphs, embedder):
-  g = MemoryGraph.from_reference_pickle(FIX / "medium.pkl")
+  g = load_reference_pickle(FIX / "medium.pkl")
   attach_scann(g, num_leaves=8, leaves_to_search=8, reorder=300)
   qs, reqs = _requests("medium", 0)
   exact = MemorySearcher([graphs[1]], embedder).search(reqs)
@@ -159,7 +160,7 @@ def test_tpu_approx_topk_path_and_stale_device_copies(graphs, embedder, monkeypa
   monkeypatch.setattr(search_mod.jax, "default_backend", lambda: "tpu")
   assert [r.text for r in MemorySearcher(graphs, embedder).search(reqs)] == exact
   monkeypatch.undo()
-  g = MemoryGraph.from_reference_pickle(FIX / "small.pkl")
+  g = load_reference_pickle(FIX / "small.pkl")
   s = MemorySearcher([g], embedder)
   assert 8 not in s.search([SearchRequest(0, "purple dinosaur kite")])[0].clips
   g.add_clip(8, ["<face_16> flies a purple dinosaur kite."], [], embed_fn=embedder)

@@ -11,10 +11,10 @@ import sys
 import numpy as np
 import pytest
 
-from m3jax.memory import GraphError, MemoryGraph, MemorySearcher, SearchRequest
+from m3jax.memory import GraphError, MemorySearcher, SearchRequest
 from m3jax.memory.fixture_embedder import HashedBowEmbedder
-from m3jax.memory.reference_pickle import UnsafePickleError
-from m3jax.memory.store import GraphFormatError
+from m3jax.memory.reference_pickle import UnsafePickleError, load_reference_pickle
+from m3jax.memory.store import GraphFormatError, load_graph, save_graph
 
 FIX = pathlib.Path(__file__).resolve().parent / "fixtures" / "official_graphs"
 
@@ -25,9 +25,9 @@ def embedder():
 
 
 def test_save_load_roundtrip(tmp_path, embedder):
-  g = MemoryGraph.from_reference_pickle(FIX / "small.pkl")
-  g.save(tmp_path / "g")
-  h = MemoryGraph.load(tmp_path / "g")
+  g = load_reference_pickle(FIX / "small.pkl")
+  save_graph(g, tmp_path / "g")
+  h = load_graph(tmp_path / "g")
   for name in ("node_kind", "text_emb", "text_clip", "edge_weight", "edge_entity"):
     np.testing.assert_array_equal(getattr(g, name).valid, getattr(h, name).valid)
   np.testing.assert_array_equal(g.faces.emb.valid, h.faces.emb.valid)
@@ -42,22 +42,22 @@ def test_save_load_roundtrip(tmp_path, embedder):
 
 
 def test_newer_or_damaged_files_fail_clearly(tmp_path):
-  g = MemoryGraph.from_reference_pickle(FIX / "small.pkl")
-  g.save(tmp_path / "g")
+  g = load_reference_pickle(FIX / "small.pkl")
+  save_graph(g, tmp_path / "g")
   manifest = json.loads((tmp_path / "g" / "manifest.json").read_text())
   (tmp_path / "g" / "manifest.json").write_text(json.dumps(dict(manifest, version=99)))
   with pytest.raises(GraphFormatError, match="version 99"):
-    MemoryGraph.load(tmp_path / "g")
-  g.save(tmp_path / "g")                                 # overwriting replaces the bad copy
+    load_graph(tmp_path / "g")
+  save_graph(g, tmp_path / "g")                                 # overwriting replaces the bad copy
   (tmp_path / "g" / "arrays.npz").write_bytes(b"garbage")
   with pytest.raises(GraphFormatError, match="damaged"):
-    MemoryGraph.load(tmp_path / "g")
-  g.save(tmp_path / "g")
+    load_graph(tmp_path / "g")
+  save_graph(g, tmp_path / "g")
   (tmp_path / "g" / "text.json").write_text("{")
   with pytest.raises(GraphFormatError, match="damaged"):
-    MemoryGraph.load(tmp_path / "g")
+    load_graph(tmp_path / "g")
   with pytest.raises(GraphFormatError, match="no saved memory graph"):
-    MemoryGraph.load(tmp_path / "nothing")
+    load_graph(tmp_path / "nothing")
 
 
 class _Evil:
@@ -70,22 +70,22 @@ def test_malicious_pickles_are_rejected(tmp_path, monkeypatch):
   evil = tmp_path / "evil.pkl"
   evil.write_bytes(pickle.dumps({"nodes": _Evil()}, protocol=4))
   with pytest.raises(UnsafePickleError, match="posix.system|os.system|refusing"):
-    MemoryGraph.from_reference_pickle(evil)
+    load_reference_pickle(evil)
   assert not (tmp_path / "PWNED").exists()
   # a pickle that names a module-level builtin (eval) is refused too
   payload = b"\x80\x04\x95\x00\x00\x00\x00\x00\x00\x00\x00\x8c\x08builtins\x94\x8c\x04eval\x94\x93\x94."
   (tmp_path / "eval.pkl").write_bytes(payload)
   with pytest.raises(UnsafePickleError, match="builtins.eval"):
-    MemoryGraph.from_reference_pickle(tmp_path / "eval.pkl")
+    load_reference_pickle(tmp_path / "eval.pkl")
   data = (FIX / "small.pkl").read_bytes()
   assert b"videograph" in data and "STACK_GLOBAL" in {op.name for op, _, _ in pickletools.genops(data)}
   (tmp_path / "cut.pkl").write_bytes(data[: len(data) // 2])
   with pytest.raises(GraphError, match="not a readable"):
-    MemoryGraph.from_reference_pickle(tmp_path / "cut.pkl")
+    load_reference_pickle(tmp_path / "cut.pkl")
 
 
 def test_json_export(tmp_path):
-  g = MemoryGraph.from_reference_pickle(FIX / "medium.pkl")
+  g = load_reference_pickle(FIX / "medium.pkl")
   full, cut = g.to_json(), g.to_json(before_clip=30)
   json.dumps(full)
   assert len(full["nodes"]) == 273 and len(full["edges"]) == 306

@@ -16,7 +16,7 @@ from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import Qwen2_5OmniTh
 
 from m3jax.agent.memorize import MemorizeConfig, Memorizer, load_memory, read_manifest
 from m3jax.agent.perceive import PerceptionConfig, PerceptionModels
-from m3jax.agent.writers import make_writer
+from m3jax.agent.memorize import make_writer
 from m3jax.data.episode_render import render_episode
 from m3jax.data.episodes import EpisodeConfig, make_episode
 from m3jax.models.omni.processor import ProcessorConfig

@@ -13,6 +13,7 @@ from m3jax.agent.memorize import FORMAT, VERSION, MemorizeConfig, default_graph_
 from m3jax.data.memory_qa import episode_graph
 from m3jax.models.bert import TextEmbedder
 from m3jax.serve.spaces import SpaceError
+from m3jax.memory.store import save_graph
 from test_serve import ALICE, Server, _config
 
 pytestmark = pytest.mark.slow
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.slow
 def _memory_dir(path, graph) -> None:
   """The layout `m3jax memorize` leaves (m3jax.agent.memorize): a graph snapshot named by manifest.json."""
   clips = graph.max_clip + 1
-  graph.save(path / f"graph_{clips:05d}")
+  save_graph(graph, path / f"graph_{clips:05d}")
   config = MemorizeConfig()
   (path / "manifest.json").write_text(json.dumps({
       "format": FORMAT, "version": VERSION, "sources": [{"path": "/videos/episode.mp4", "first_clip": 0}],

@@ -30,16 +30,17 @@ import os
 import pathlib
 import shutil
 import time
-from typing import Any
+from typing import Any, Callable
 
 from m3jax.agent import media
 from m3jax.agent.observations import ClipMemories, ClipObservation
 from m3jax.agent.perceive import PerceptionConfig, PerceptionModels, perceive_clip
-from m3jax.agent.writers import MemoryWriter, make_writer
+from m3jax.agent.writers import LLMWriter, MemoryWriter, Message, TemplateWriter, trained_writer, writer_chat
 from m3jax.distributed import DistributedConfig
 from m3jax.memory import journal as journal_lib
 from m3jax.memory.graph import GraphConfig, MemoryGraph
 from m3jax.memory.store import fsync_tree
+from m3jax.memory.store import load_graph, save_graph
 
 FORMAT = "m3jax.memory_dir"
 VERSION = 1
@@ -97,6 +98,32 @@ class MemorizeConfig:
       raise ValueError(f"writer_adapter is for writer=llm, not writer={self.writer!r}")
     if self.omni_attention_chunk < 1 or self.omni_max_new_tokens < 1:
       raise ValueError("omni_attention_chunk and omni_max_new_tokens must be >= 1")
+
+
+def make_writer(kind: str, complete: Callable[[list[list[Message]]], list[str]] | None = None,
+                omni_model: str | None = None, llm: str | None = None, adapter: str | None = None,
+                **omni_options: Any) -> MemoryWriter:
+  """Writer by name: "template", "llm" (on `complete`, or else on the local LLM `llm` through `writer_chat`; with
+  `adapter`, a trained writer's adapter file: `trained_writer`) or "omni" (which needs `omni_model`, a local Hugging
+  Face Qwen2.5-Omni / M3-Agent-Memorization directory; `omni_options` go to
+  `m3jax.agent.omni_writer.load_omni_writer`, e.g. processor, attention_chunk, max_new_tokens)."""
+  if adapter is not None and kind != "llm":
+    raise ValueError(f"a writer adapter is for the llm writer, not {kind!r}")
+  if kind == "template":
+    return TemplateWriter()
+  if kind == "llm":
+    if adapter is not None:
+      return trained_writer(adapter, complete)
+    if complete is None and not llm:
+      raise ValueError("the llm writer needs a chat completion function or a local LLM (--llm)")
+    return LLMWriter(complete or writer_chat(llm))
+  if kind == "omni":
+    if not omni_model:
+      raise ValueError("the omni writer needs a local Hugging Face Qwen2.5-Omni / M3-Agent-Memorization directory "
+                       "(--omni-model DIR, or omni_model=DIR in the memorize config)")
+    from m3jax.agent.omni_writer import load_omni_writer  # imports the thinker: only when asked for
+    return load_omni_writer(omni_model, **omni_options)
+  raise ValueError(f"unknown memory writer {kind!r} (known: template, llm, omni)")
 
 
 def config_writer(config: MemorizeConfig) -> MemoryWriter:
@@ -187,7 +214,7 @@ def load_memory(memory_dir: str | pathlib.Path) -> MemoryGraph:
   if manifest.get("graph") is None:
     graph = MemoryGraph(GraphConfig(**manifest["graph_config"]))
   else:
-    graph = MemoryGraph.load(pathlib.Path(memory_dir) / manifest["graph"])
+    graph = load_graph(pathlib.Path(memory_dir) / manifest["graph"])
   for name in manifest.get("journal", []):
     journal_lib.replay(graph, journal_lib.load(pathlib.Path(memory_dir) / name))
   return graph
@@ -334,7 +361,7 @@ class Memorizer:
     in_snapshot = int(self.manifest["graph"].split("_")[1]) if self.manifest.get("graph") else 0
     if len(journals) + 1 >= max(self.config.snapshot_every, in_snapshot):
       name = f"graph_{clip_id + 1:05d}"
-      self.graph.save(self.dir / name)
+      save_graph(self.graph, self.dir / name)
       fsync_tree(self.dir / name)
       self.manifest.update(graph=name, journal=[])
     else:

@@ -9,7 +9,7 @@ writer's memories.
 
 `ClipObservation` carries no pixels: inside the Memorizer the writer is handed each decoded clip and the graph
 (`observe_clip`), and takes the frames, the audio and, for each face node, the crop perception stored for it in
-this clip; elsewhere `media_for(clip)` supplies them. `make_writer("omni", omni_model=DIR)` loads a local
+this clip; elsewhere `media_for(clip)` supplies them. `memorize.make_writer("omni", omni_model=DIR)` loads a local
 Hugging Face Qwen2.5-Omni / M3-Agent-Memorization directory (`load_omni_writer`).
 """
 

@@ -329,29 +329,3 @@ def trained_writer(adapter: str | pathlib.Path, complete: Callable[[list[list[Me
   card = read_adapter_card(adapter)
   complete = complete or writer_chat(card["base_llm"], adapter=adapter, frequency_penalty=0.0)
   return LLMWriter(complete, instruction=card["instruction"])
-
-
-def make_writer(kind: str, complete: Callable[[list[list[Message]]], list[str]] | None = None,
-                omni_model: str | None = None, llm: str | None = None, adapter: str | None = None,
-                **omni_options: Any) -> MemoryWriter:
-  """Writer by name: "template", "llm" (on `complete`, or else on the local LLM `llm` through `writer_chat`; with
-  `adapter`, a trained writer's adapter file: `trained_writer`) or "omni" (which needs `omni_model`, a local Hugging
-  Face Qwen2.5-Omni / M3-Agent-Memorization directory; `omni_options` go to
-  `m3jax.agent.omni_writer.load_omni_writer`, e.g. processor, attention_chunk, max_new_tokens)."""
-  if adapter is not None and kind != "llm":
-    raise ValueError(f"a writer adapter is for the llm writer, not {kind!r}")
-  if kind == "template":
-    return TemplateWriter()
-  if kind == "llm":
-    if adapter is not None:
-      return trained_writer(adapter, complete)
-    if complete is None and not llm:
-      raise ValueError("the llm writer needs a chat completion function or a local LLM (--llm)")
-    return LLMWriter(complete or writer_chat(llm))
-  if kind == "omni":
-    if not omni_model:
-      raise ValueError("the omni writer needs a local Hugging Face Qwen2.5-Omni / M3-Agent-Memorization directory "
-                       "(--omni-model DIR, or omni_model=DIR in the memorize config)")
-    from m3jax.agent.omni_writer import load_omni_writer  # imports the thinker: only when asked for
-    return load_omni_writer(omni_model, **omni_options)
-  raise ValueError(f"unknown memory writer {kind!r} (known: template, llm, omni)")

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from m3jax.memory.schema import FACE, VOICE
+
 if TYPE_CHECKING:
   from m3jax.memory.graph import MemoryGraph
 
@@ -31,7 +33,6 @@ class CharacterMap:
 
 
 def _tag(graph: "MemoryGraph", node_id: int) -> str:
-  from m3jax.memory.graph import FACE
   return f"{'face' if graph.kind(node_id) == FACE else 'voice'}_{node_id}"
 
 
@@ -51,7 +52,6 @@ def _alive_statements(graph: "MemoryGraph", cut: int) -> dict[int, dict[int, flo
 
 def _select(graph: "MemoryGraph", statements: dict[int, dict[int, float]], mode: str, cut: int) -> list[int]:
   """Statement slots to union, in the order that fixes the numbering."""
-  from m3jax.memory.graph import FACE, VOICE
   entity_ids = np.nonzero(graph.node_kind.valid[: cut + 1])[0]
   by_entity: dict[int, list[int]] = {}
   for slot, edges in statements.items():
@@ -75,7 +75,6 @@ def _select(graph: "MemoryGraph", statements: dict[int, dict[int, float]], mode:
 
 
 def build(graph: "MemoryGraph", cut: int, mode: str, ablation: str) -> CharacterMap:
-  from m3jax.memory.graph import FACE, VOICE
   parent: dict[str, str] = {}
 
   def find(x: str) -> str:

@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from m3jax.memory.schema import FLAG_SEMANTIC, SEMANTIC
+
 if TYPE_CHECKING:
   from m3jax.memory.graph import MemoryGraph
 
 
 def candidates(graph: "MemoryGraph", entities: Sequence[int]) -> np.ndarray:
   """Text slots of semantic nodes alive-linked to entities[0] (vectorised over the entity's adjacency)."""
-  from m3jax.memory.graph import FLAG_SEMANTIC
   rows = np.asarray(graph.entity_edges.get(entities[0], ()), np.int64)
   rows = rows[graph.edge_weight.data[rows] > 0]
   slots = graph.edge_text.data[rows]
@@ -30,7 +31,6 @@ def candidates(graph: "MemoryGraph", entities: Sequence[int]) -> np.ndarray:
 def insert_semantic(graph: "MemoryGraph", text: str, emb: np.ndarray, clip: int,
                     entities: Sequence[int]) -> int | None:
   """Consolidates one semantic statement; returns the new node id, or None if it reinforced/weakened others."""
-  from m3jax.memory.graph import SEMANTIC
   if entities:
     cands = candidates(graph, entities)
     c = graph.config

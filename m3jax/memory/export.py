@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from m3jax.memory.schema import FACE, REFERENCE_TYPE, VOICE
+
 if TYPE_CHECKING:
   from m3jax.memory.graph import MemoryGraph
 
 
 def to_json(g: "MemoryGraph", before_clip: int | None = None) -> dict:
-  from m3jax.memory.graph import FACE, REFERENCE_TYPE, VOICE
   cut = g.cut_for(before_clip)
   nodes = []
   for nid in range(min(cut + 1, g.next_node_id)):

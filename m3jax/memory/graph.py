@@ -19,20 +19,14 @@ import numpy as np
 
 from m3jax.memory import characters as characters_lib
 from m3jax.memory import consolidate
+from m3jax.memory import export
 from m3jax.memory import tags
 from m3jax.memory.arrays import GrowableArray
 from m3jax.memory.identity import EntityBank, IdentityError
+from m3jax.memory.schema import (ABLATIONS, EPISODIC, FACE, FLAG_EQUIVALENCE, FLAG_HIDDEN, FLAG_SEMANTIC,  # noqa: F401
+                                 REFERENCE_TYPE, SEMANTIC, VOICE, Ablation, GraphError)
 
-FACE, VOICE, EPISODIC, SEMANTIC = 1, 2, 3, 4
-REFERENCE_TYPE = {FACE: "img", VOICE: "voice", EPISODIC: "episodic", SEMANTIC: "semantic"}
-FLAG_SEMANTIC, FLAG_HIDDEN, FLAG_EQUIVALENCE = 1, 2, 4
-Ablation = Literal["none", "no_semantic", "no_equivalence"]
-ABLATIONS = ("none", "no_semantic", "no_equivalence")
 EmbedFn = Callable[[Sequence[str]], np.ndarray]
-
-
-class GraphError(ValueError):
-  """Invalid input to the memory graph (nothing stored is changed when this is raised)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -357,21 +351,7 @@ class MemoryGraph:
     return [s for s in self.clip_texts.get(clip, []) if self.text_node.data[s] <= cut and
             not (episodic_only and self.text_flags.data[s] & FLAG_SEMANTIC)]
 
-  # ------------------------------------------------------------------------------------- persistence
-  def save(self, path) -> None:
-    from m3jax.memory import store
-    store.save(self, path)
-
-  @classmethod
-  def load(cls, path) -> "MemoryGraph":
-    from m3jax.memory import store
-    return store.load(path)
-
-  @classmethod
-  def from_reference_pickle(cls, path, config: GraphConfig | None = None) -> "MemoryGraph":
-    from m3jax.memory import reference_pickle
-    return reference_pickle.load_graph(path, config)
-
+  # ------------------------------------------------------------------------------------- export
+  # (persistence: m3jax.memory.store.save_graph / load_graph, and reference_pickle.load_reference_pickle)
   def to_json(self, before_clip: int | None = None) -> dict:
-    from m3jax.memory import export
     return export.to_json(self, before_clip)

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from m3jax.memory.arrays import GrowableArray
+from m3jax.memory.schema import FLAG_HIDDEN, FLAG_SEMANTIC, GraphFormatError
 
 if TYPE_CHECKING:
   from m3jax.memory.graph import MemoryGraph
@@ -121,7 +122,6 @@ class ScannIndex:
 
 
 def load_index(directory: pathlib.Path, meta: dict) -> TextIndex | None:
-  from m3jax.memory.store import GraphFormatError
   if meta.get("kind") == "exact":
     return None
   if meta.get("kind") != "scann":
@@ -150,7 +150,6 @@ def attach_scann(graph: "MemoryGraph", **build_kwargs) -> ScannIndex:
 def approximate_hits(g: "MemoryGraph", q: np.ndarray, related: Sequence[int], cut: int, before: int,
                      exclude: Sequence[int], config: "SearchConfig") -> tuple[list[int], list[int]]:
   """(clips, node rows) for one request from the graph's index (see module docstring)."""
-  from m3jax.memory.search_kernel import FLAG_HIDDEN, FLAG_SEMANTIC
   if related:
     rows = np.array(sorted({int(g.edge_text.data[r]) for e in related for r in g.entity_edges.get(e, [])
                             if g.edge_weight.data[r] > 0 and e <= cut}), np.int64)

@@ -59,7 +59,7 @@ def read_reference(data: bytes) -> _VideoGraph:
 _TYPES = {"img": FACE, "voice": VOICE, "episodic": EPISODIC, "semantic": SEMANTIC}
 
 
-def load_graph(path: str | pathlib.Path, config: GraphConfig | None = None) -> MemoryGraph:
+def load_reference_pickle(path: str | pathlib.Path, config: GraphConfig | None = None) -> MemoryGraph:
   """Reads a reference pickle into a MemoryGraph (ids, text order, edges and weights preserved)."""
   ref = read_reference(pathlib.Path(path).read_bytes())
   nodes = ref.nodes

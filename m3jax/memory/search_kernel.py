@@ -19,7 +19,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-FLAG_SEMANTIC, FLAG_HIDDEN = 1, 2
+from m3jax.memory.schema import FLAG_HIDDEN, FLAG_SEMANTIC
+
 
 
 def _variant_scores(q: Float[Array, "N D"], owner: Int[Array, "N"], emb: Float[Array, "T D"],

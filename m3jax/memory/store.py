@@ -20,14 +20,11 @@ import zipfile
 
 import numpy as np
 
-from m3jax.memory.graph import GraphConfig, GraphError, MemoryGraph
+from m3jax.memory.graph import GraphConfig, MemoryGraph
+from m3jax.memory.schema import FLAG_EQUIVALENCE, GraphFormatError
 
 FORMAT = "m3jax.memory_graph"
 VERSION = 1
-
-
-class GraphFormatError(GraphError):
-  """A saved graph that cannot be read (newer format, missing or damaged files)."""
 
 
 def _columns(g: MemoryGraph) -> dict[str, np.ndarray]:
@@ -40,7 +37,7 @@ def _columns(g: MemoryGraph) -> dict[str, np.ndarray]:
   return cols
 
 
-def save(g: MemoryGraph, path: str | os.PathLike) -> None:
+def save_graph(g: MemoryGraph, path: str | os.PathLike) -> None:
   path = pathlib.Path(path)
   tmp = path.with_name(path.name + ".tmp")
   shutil.rmtree(tmp, ignore_errors=True)
@@ -72,7 +69,7 @@ def _read_json(p: pathlib.Path):
     raise GraphFormatError(f"saved graph file {p} is damaged: {e}") from None
 
 
-def load(path: str | os.PathLike) -> MemoryGraph:
+def load_graph(path: str | os.PathLike) -> MemoryGraph:
   path = pathlib.Path(path)
   if not path.is_dir():
     raise GraphFormatError(f"no saved memory graph at {path}")
@@ -125,7 +122,6 @@ def from_columns(config: GraphConfig, columns: dict[str, np.ndarray], contents: 
 
 def rebuild_host_indexes(g: MemoryGraph) -> None:
   """Edge lookup tables and the equivalence list, derived from the columns."""
-  from m3jax.memory.graph import FLAG_EQUIVALENCE
   texts, ents = g.edge_text.valid.tolist(), g.edge_entity.valid.tolist()
   g.edge_of = {(t, e): r for r, (t, e) in enumerate(zip(texts, ents))}
   g.entity_edges, g.text_edges = {}, {}

@@ -32,6 +32,7 @@ from m3jax.memory import journal as journal_lib
 from m3jax.memory.graph import GraphConfig, GraphError, MemoryGraph
 from m3jax.memory.search import SearchConfig
 from m3jax.memory.store import GraphFormatError, fsync_tree
+from m3jax.memory.store import load_graph, save_graph
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 ID_RE = re.compile(r"^[0-9a-f]{32}$")
@@ -197,7 +198,7 @@ class SpaceStore:
       graph = MemoryGraph(self.graph_config)
       if snapshot:
         try:
-          graph = MemoryGraph.load(d / snapshot)
+          graph = load_graph(d / snapshot)
         except GraphFormatError:
           if snapshot_seq == 0:                 # an imported graph has no clip log to rebuild it from
             raise
@@ -270,7 +271,7 @@ class SpaceStore:
       name = f"graph_{space.seq:08d}"
       d = self.space_dir(space.id)
       old = self._query("SELECT snapshot FROM spaces WHERE id = ?", (space.id,))
-      space.graph.save(d / name)
+      save_graph(space.graph, d / name)
       fsync_tree(d / name)                     # the files are on disk before SQLite points at them
       self._write([("UPDATE spaces SET snapshot = ?, snapshot_seq = ? WHERE id = ?", (name, space.seq, space.id))])
       if old and old[0][0] and old[0][0] != name:
@@ -288,7 +289,7 @@ class SpaceStore:
     """A new `clips` space whose starting graph is `graph` (admin import; later clips append to it)."""
     space = self.create(tenant, name, "clips")
     with space.lock:
-      graph.save(self.space_dir(space.id) / "graph_import")
+      save_graph(graph, self.space_dir(space.id) / "graph_import")
       fsync_tree(self.space_dir(space.id) / "graph_import")
       self._write([("UPDATE spaces SET snapshot = ?, snapshot_seq = 0 WHERE id = ?", ("graph_import", space.id))])
     return self.reload(space)

@@ -12,8 +12,8 @@ from typing import Any, Sequence
 from m3jax.memory.designs.base import ClipPerception, DesignError, EmbedFn, MemoryDesign
 from m3jax.memory.graph import GraphConfig, GraphError, MemoryGraph
 from m3jax.memory.search import MemorySearcher, SearchConfig, SearchRequest, SearchResult
-from m3jax.memory import store
 from m3jax.memory.designs import register
+from m3jax.memory.store import load_graph, save_graph
 
 _GRAPH = {f.name for f in dataclasses.fields(GraphConfig)}
 _SEARCH = {f.name for f in dataclasses.fields(SearchConfig)}
@@ -59,10 +59,10 @@ class M3Graph(MemoryDesign):
     return MemorySearcher([d.graph for d in designs], designs[0].embed_fn, configs.pop())
 
   def save_state(self, path: pathlib.Path) -> None:
-    store.save(self.graph, path / "graph")
+    save_graph(self.graph, path / "graph")
 
   def load_state(self, path: pathlib.Path) -> None:
-    self.graph = store.load(path / "graph")
+    self.graph = load_graph(path / "graph")
     if self.graph.config != self.graph_config:
       raise DesignError(f"saved graph at {path} has {self.graph.config}, the design's options say "
                         f"{self.graph_config}")
