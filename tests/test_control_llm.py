@@ -163,3 +163,52 @@ def test_continuous_batching_gives_the_static_trajectories(tokenizer, searcher):
   assert len({len(t.rounds) for t in static}) > 1  # sampled, questions end at different rounds: slots refill
   with pytest.raises(ValueError, match="slot policy"):
     Controller(object(), searcher, control).run(questions, slots=2)
+
+
+def test_questions_joining_a_running_stream_get_the_static_trajectories(tokenizer, searcher):
+  """`run_stream` (serve's request-level joining): questions handed over while others run take the free slots in
+  the next call, each trajectory is reported as soon as it ends, and every one equals the static loop's (greedy);
+  `take` returning None stops the loop once the running questions end."""
+  import collections
+
+  from m3jax.agent.policy import ActionConstraints
+
+  cfg = DecoderConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2,
+                      num_kv_heads=1, head_dim=16, tie_embeddings=True)
+  stop = tuple(tokenizer.encode(prompts.END_OF_TURN, add_special_tokens=False))
+  control = ControlConfig(max_rounds=3)
+  actions = ActionConstraints.build(tokenizer, len(tokenizer), stop, 3)
+  sampling = SamplingConfig(max_new_tokens=16, greedy=True, stop_token_ids=stop)
+  sampler = Sampler(Decoder(cfg, rngs=nnx.Rngs(4)), sampling, tokenizer)
+  questions = [Question(f"{q.question_id}_{i}", f"{q.question} ({i})", q.answer, q.graph_index, q.graph_key,
+                        q.before_clip) for i in range(2) for q in QUESTIONS]
+  static = Controller(LLMPolicy(sampler, tokenizer, sampling, actions=actions), searcher, control).run(questions)
+  arrivals = [[0], [1], [], [2, 3, 4], [5]]  # what arrives before each call
+  queue, events, running, overlaps = collections.deque(), [], set(), 0
+
+  def take(n, idle):
+    nonlocal overlaps
+    if arrivals:
+      queue.extend(arrivals.pop(0))
+    elif not queue:
+      return None
+    got = [queue.popleft() for _ in range(min(n, len(queue)))]
+    overlaps += bool(got and running)
+    running.update(got)
+    events.append(("take", got, n))
+    return [(i, questions[i]) for i in got]
+
+  def finish(key, traj):
+    running.discard(key)
+    events.append(("finish", key, traj))
+
+  Controller(LLMPolicy(sampler, tokenizer, sampling, actions=actions), searcher, control).run_stream(
+      take, finish, slots=2)
+  finished = {e[1]: e[2] for e in events if e[0] == "finish"}
+  assert sorted(finished) == list(range(len(questions))) and not running
+  for i, t in finished.items():
+    assert t.question_id == static[i].question_id and t.token_ids.tolist() == static[i].token_ids.tolist()
+    np.testing.assert_allclose(t.logprobs, static[i].logprobs, atol=1e-4)
+    assert [r.retrieved_clips for r in t.rounds] == [r.retrieved_clips for r in static[i].rounds]
+  assert overlaps >= 1  # a question joined while another was still running
+  assert all(len(e[1]) <= e[2] for e in events if e[0] == "take")  # never more than the free slots

@@ -342,6 +342,84 @@ def test_controller_answerer_routes_each_question_to_its_space(tmp_path):
   store.close()
 
 
+class _SlotScripts:
+  """Slot-policy test double (`open`/`advance`): a question plays the script named by its text, turn by turn, in
+  whichever slot it is given; `gates[i]` (an Event) holds call i until the test opens it."""
+
+  def __init__(self, scripts, gates=None):
+    self.scripts, self.gates, self.calls = scripts, dict(gates or {}), []
+
+  def open(self, slots):
+    self.playing = {}
+    return slots
+
+  def advance(self, starts, continues):
+    from m3jax.agent.policy import Turn
+    gate = self.gates.pop(len(self.calls), None)
+    if gate is not None:
+      gate.wait(10)
+    self.calls.append(([e for _, e, _ in starts], [s for s, _ in continues]))
+    for slot, _, conversation in starts:
+      name = next(n for n in self.scripts if n in conversation[0]["content"])
+      if name == "boom":
+        raise RuntimeError("the policy failed on this question")
+      self.playing[slot] = [name, 0]
+    turns = []
+    for slot in [s for s, *_ in starts] + [s for s, _ in continues]:
+      name, r = self.playing[slot]
+      self.playing[slot][1] += 1
+      turns.append(Turn(text=self.scripts[name][r]))
+    return turns
+
+
+def test_a_question_joins_the_running_ones_and_returns_when_it_ends(tmp_path):
+  """Serve's request-level joining (`JoiningBatcher` over `ControllerAnswerer.stream`): a question asked while
+  another is being answered enters the very next policy call in a free slot, beside the running one's next
+  round, and gets its answer as soon as its own trajectory ends, before the running one's. A question on
+  which the stream fails is retried alone and fails alone; the next question gets a fresh stream."""
+  from m3jax.memory.fixture_embedder import HashedBowEmbedder
+  from m3jax.serve.answering import AskItem, ControllerAnswerer, SharedEmbedCache
+  from m3jax.serve.batching import JoiningBatcher
+  from m3jax.serve.spaces import SpaceStore
+  cfg = _config(tmp_path)
+  store = SpaceStore(cfg.data_dir, cfg.graph, cfg.search, SharedEmbedCache(HashedBowEmbedder((), (), 384)))
+  a, b = store.create("alice", "a"), store.create("alice", "b")
+  for ep, sem in CLIPS:
+    store.add_clip(a, ep, sem)
+  for ep, sem in reversed(CLIPS):
+    store.add_clip(b, ep, sem)
+  search = "Action: [Search]\nContent: Ben waters the plants on the balcony"
+  first, third = threading.Event(), threading.Event()
+  policy = _SlotScripts({"long": [search, search, "Action: [Answer]\nContent: slowly"],
+                         "short": ["Action: [Answer]\nContent: at once"],
+                         "boom": []}, {0: first, 2: third})
+  answerer = ControllerAnswerer(policy, max_rounds=3, store=store, slots=4)
+  batcher = JoiningBatcher(answerer, answerer.stream, max_batch=8)
+  try:
+    long = batcher.submit([AskItem(a, "long: where are the plants?")])[0]
+    deadline = time.monotonic() + 10
+    while batcher.pending and time.monotonic() < deadline:   # the stream took `long` and waits at the gate
+      time.sleep(0.01)
+    short = batcher.submit([AskItem(b, "short: who waters them?")])[0]
+    first.set()
+    assert short.result(timeout=10)["answer"] == "at once"
+    assert not long.done()                                           # still running: held before its last round
+    third.set()
+    out = long.result(timeout=10)
+    assert out["answer"] == "slowly" and [r["action"] for r in out["trajectory"]] == ["search", "search", "answer"]
+    assert 1 in out["trajectory"][0]["retrieved_clips"]              # space a: the plants are in its clip 1
+    assert policy.calls[:2] == [([0], []), ([1], [0])]                 # `short` started beside `long`'s round 2
+    assert batcher.batches == 2 and batcher.items == 2 and batcher.pending == 0
+    bad, good = batcher.submit([AskItem(a, "boom: ?"), AskItem(b, "short: again?")])
+    with pytest.raises(RuntimeError, match="failed on this question"):
+      bad.result(timeout=10)
+    assert good.result(timeout=10)["answer"] == "at once"
+    assert batcher.submit([AskItem(a, "short: and now?")])[0].result(timeout=10)["answer"] == "at once"
+  finally:
+    batcher.close()
+    store.close()
+
+
 def test_batcher_groups_concurrent_items_and_isolates_a_failing_one():
   from m3jax.serve.batching import Batcher
   calls = []

@@ -9,7 +9,8 @@ Continuous batching (`run(questions, slots=N)`, a `SlotPolicy`): N slots of one 
 answers (or runs out of rounds) a waiting question takes its slot in the very next call, so a batch no longer
 waits for its slowest question and the KV memory is bounded by N, however many questions there are. One call
 mixes rows at different rounds. A question's trajectory does not depend on its neighbours: greedy, it equals the
-static loop's (up to float rounding across batch shapes).
+static loop's (up to float rounding across batch shapes). `run_stream` is the same loop fed while it runs: a
+question that arrives mid-run takes the next free slot (serve's `/ask` joins running questions this way).
 
 Protocol details kept from the reference: the instruction (plus the last-round suffix) is appended to the user
 message before each generation; "character id" in the query selects the node route; the clip route excludes clips
@@ -23,7 +24,8 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Protocol, Sequence
+import itertools
+from typing import Callable, Hashable, Mapping, Protocol, Sequence
 
 from m3jax.agent.parsing import parse_turn, route_for
 from m3jax.agent.policy import Policy, Turn
@@ -82,11 +84,13 @@ class Controller:
     static batch; with `slots` (a `SlotPolicy`), through that many continuously refilled slots."""
     if not questions:
       return []
-    trajs = [Trajectory(question_id=q.question_id, question=q.question, ground_truth=q.answer,
-                        graph_key=q.graph_key, before_clip=q.before_clip, question_types=list(q.question_types),
-                        multiple_choice=q.multiple_choice) for q in questions]
     if slots is not None:
-      return self._run_slots(questions, trajs, slots)
+      waiting = collections.deque(enumerate(questions))
+      done: dict[int, Trajectory] = {}
+      self.run_stream(lambda n, idle: [waiting.popleft() for _ in range(min(n, len(waiting)))] or None,
+                      done.__setitem__, slots)
+      return [done[i] for i in range(len(questions))]
+    trajs = [_trajectory(q) for q in questions]
     active = list(range(len(questions)))
     turns = _checked(self.policy.begin([self._conversation(q) for q in questions]), len(active))
     for round_index in range(self.config.max_rounds):
@@ -97,36 +101,61 @@ class Controller:
         break
     return trajs
 
-  def _conversation(self, q: Question) -> list[dict[str, str]]:
-    return [system_message(q.question),
-            {"role": "user", "content": FIRST_USER_MESSAGE + round_suffix(0, self.config.max_rounds, q.multiple_choice)}]
-
-  def _run_slots(self, questions: Sequence[Question], trajs: list[Trajectory], slots: int) -> list[Trajectory]:
+  def run_stream(self, take: Callable[[int, bool], list[tuple[Hashable, Question]] | None],
+                 finish: Callable[[Hashable, Trajectory], None], slots: int) -> None:
+    """Continuous batching fed while it runs (a `SlotPolicy`), so a question that arrives mid-run joins the next
+    call instead of waiting for the running ones (serve's request-level joining). Before each call,
+    `take(free_slots, idle)` hands over up to `free_slots` new `(key, question)` pairs; `idle` says no question
+    is running, so it may block until one arrives. It returns None to stop (honoured when idle; otherwise once
+    the running questions end). `finish(key, trajectory)` is called as soon as a question's trajectory ends. A
+    question's trajectory does not depend on when it joined: greedy, it equals the static loop's."""
     if not hasattr(self.policy, "advance"):
       raise ValueError(f"continuous batching needs a slot policy (open/advance); {type(self.policy).__name__} "
                        "has none")
     slots = self.policy.open(slots)  # the policy may round up (its batch bucket): every slot it has is used
-    waiting = collections.deque(range(len(questions)))
-    holder: list[int | None] = [None] * slots  # the question each slot runs
+    holder: list[int | None] = [None] * slots  # the episode each slot runs
+    questions: dict[int, Question] = {}
+    trajs: dict[int, Trajectory] = {}
+    keys: dict[int, Hashable] = {}
     rounds: dict[int, int] = {}
-    messages: dict[int, str] = {}  # the next user message of each question that continues
-    while waiting or any(h is not None for h in holder):
+    messages: dict[int, str] = {}  # the next user message of each episode that continues
+    episodes = itertools.count()  # episode ids: the order questions were taken in (the policy's sampling streams)
+    stopping = False
+    while True:
+      free = [slot for slot, row in enumerate(holder) if row is None]
+      new = take(len(free), len(free) == slots) if free and not stopping else []
+      if new is None:
+        stopping = True
+        new = []
+      if len(new) > len(free):
+        raise ValueError(f"take() returned {len(new)} questions for {len(free)} free slots")
       starts = []
-      for slot in range(slots):
-        if holder[slot] is None and waiting:
-          row = holder[slot] = waiting.popleft()
-          rounds[row] = 0
-          starts.append((slot, row, self._conversation(questions[row])))
+      for slot, (key, q) in zip(free, new):
+        row = holder[slot] = next(episodes)
+        questions[row], trajs[row], keys[row], rounds[row] = q, _trajectory(q), key, 0
+        starts.append((slot, row, self._conversation(q)))
+      if not starts and all(row is None for row in holder):
+        if stopping:
+          return
+        continue
       continues = [(slot, messages.pop(row)) for slot, row in enumerate(holder) if row in messages]
       rows = [row for _, row, _ in starts] + [holder[slot] for slot, _ in continues]
       turns = _checked(self.policy.advance(starts, continues), len(rows))
       continuing, next_messages = self._consume(questions, trajs, rows, turns, [rounds[r] for r in rows])
       for row, message in zip(continuing, next_messages):
         messages[row], rounds[row] = message, rounds[row] + 1
-      holder = [row if row in messages else None for row in holder]  # finished questions free their slots
-    return trajs
+      for slot, row in enumerate(holder):
+        if row is not None and row not in messages:  # ended: its slot is free for the next call
+          holder[slot] = None
+          del questions[row], rounds[row]
+          finish(keys.pop(row), trajs.pop(row))
 
-  def _consume(self, questions: Sequence[Question], trajs: list[Trajectory], active: list[int], turns: list[Turn],
+  def _conversation(self, q: Question) -> list[dict[str, str]]:
+    return [system_message(q.question),
+            {"role": "user", "content": FIRST_USER_MESSAGE + round_suffix(0, self.config.max_rounds, q.multiple_choice)}]
+
+  def _consume(self, questions: Mapping[int, Question] | Sequence[Question],
+               trajs: Mapping[int, Trajectory] | Sequence[Trajectory], active: list[int], turns: list[Turn],
                round_indices: list[int]) -> tuple[list[int], list[str]]:
     """Records the turns (row `active[i]` at round `round_indices[i]`), runs every requested search in one call,
     and builds the next user messages."""
@@ -176,6 +205,12 @@ class Controller:
       messages.append(text + round_suffix(next_round[row], self.config.max_rounds, questions[row].multiple_choice,
                                           self.config.inter_turn_instruction))
     return continuing, messages
+
+
+def _trajectory(q: Question) -> Trajectory:
+  return Trajectory(question_id=q.question_id, question=q.question, ground_truth=q.answer, graph_key=q.graph_key,
+                    before_clip=q.before_clip, question_types=list(q.question_types),
+                    multiple_choice=q.multiple_choice)
 
 
 def _checked(turns: list[Turn], expected: int) -> list[Turn]:

@@ -3,7 +3,9 @@
 `retrieval` mode (no LLM configured) runs each question once through the search `m3jax ask` uses and returns
 the retrieved memories with `answer = None` and `mode = "retrieval_only"`: it is not an answer, and the API
 says so. `controller` mode runs `m3jax.agent.control.Controller` with the LLM policy over all the batch's
-spaces at once (one policy batch per round, one search call per round), returning its answer and trajectory.
+spaces at once (one policy batch per round, one search call per round), returning its answer and trajectory;
+with a slot policy it runs as one long-lived stream (`ControllerAnswerer.stream`) that questions join while others
+are being answered.
 Either way one search call covers every space of the batch (one kernel call), made under the spaces' locks, so a
 concurrent clip insert is never seen half-done.
 """
@@ -139,6 +141,11 @@ class ControllerAnswerer:
       out.control_config = control
     return out
 
+  @property
+  def streams(self) -> bool:
+    """Whether questions can join running ones (`stream`): a slot policy with slots configured."""
+    return bool(self.slots) and hasattr(self.policy, "advance")
+
   def __call__(self, items: Sequence[AskItem]) -> list[dict | Exception]:
     from m3jax.agent.control import Controller, Question
     spaces, where = _group(items)
@@ -146,9 +153,66 @@ class ControllerAnswerer:
                           graph_key=it.space.id, before_clip=it.before_clip) for i, (it, gi) in
                  enumerate(zip(items, where))]
     searcher = SpacesSearcher(spaces, self.store.embed_fn, self.store.search_config)
-    slots = min(self.slots, len(questions)) if self.slots and hasattr(self.policy, "advance") else None
-    trajs = Controller(self.policy, searcher, self.control_config).run(questions, slots=slots)
-    return [{"mode": "controller", "answer": t.response,
-             "trajectory": [{"round": i, "action": r.action, "query": r.content, "route": r.route,
-                             "retrieved_clips": list(r.retrieved_clips), "result": r.result_text}
-                            for i, r in enumerate(t.rounds)]} for t in trajs]
+    slots = min(self.slots, len(questions)) if self.streams else None
+    return [_answer_json(t) for t in Controller(self.policy, searcher, self.control_config).run(questions, slots)]
+
+  def stream(self, take: Callable, finish: Callable) -> None:
+    """The control loop as a stream (`Controller.run_stream`, for `batching.JoiningBatcher`): `take(n, idle)`
+    hands over `(key, AskItem)` pairs, `finish(key, answer)` gets each answer as soon as its trajectory ends."""
+    from m3jax.agent.control import Controller, Question
+    spaces = _RunningSpaces(self.store.embed_fn, self.store.search_config)
+    index: dict = {}
+
+    def take_questions(n: int, idle: bool):
+      got = take(n, idle)
+      if got is None:
+        return None
+      for key, it in got:
+        index[key] = spaces.enter(it.space)
+      return [(key, Question(question_id=str(key), question=it.question, answer="", graph_index=index[key],
+                             graph_key=it.space.id, before_clip=it.before_clip)) for key, it in got]
+
+    def done(key, traj) -> None:
+      spaces.leave(index.pop(key))
+      finish(key, _answer_json(traj))
+
+    Controller(self.policy, spaces, self.control_config).run_stream(take_questions, done, self.slots)
+
+
+class _RunningSpaces:
+  """The `Searcher` of a stream: graph_index k is a space some running question asks about (held while one does,
+  so a long-lived stream keeps no space alive). Each search call runs over the spaces its requests name, through
+  `SpacesSearcher` (one kernel call, under those spaces' locks)."""
+
+  def __init__(self, embed_fn: Callable[[Sequence[str]], np.ndarray], config: SearchConfig):
+    self.embed_fn, self.config = embed_fn, config
+    self.spaces: dict[int, Space] = {}
+    self._index: dict[int, int] = {}  # id(space) -> graph_index (the space is held in `spaces`: ids stay unique)
+    self._users: dict[int, int] = {}
+    self._next = 0
+
+  def enter(self, space: Space) -> int:
+    k = self._index.get(id(space))
+    if k is None:
+      k = self._index[id(space)] = self._next
+      self.spaces[k], self._next = space, self._next + 1
+    self._users[k] = self._users.get(k, 0) + 1
+    return k
+
+  def leave(self, k: int) -> None:
+    self._users[k] -= 1
+    if not self._users[k]:
+      del self._users[k], self._index[id(self.spaces.pop(k))]
+
+  def search(self, requests: list[SearchRequest]) -> list[SearchResult]:
+    named = sorted({r.graph_index for r in requests})
+    position = {k: i for i, k in enumerate(named)}
+    searcher = SpacesSearcher([self.spaces[k] for k in named], self.embed_fn, self.config)
+    return searcher.search([dataclasses.replace(r, graph_index=position[r.graph_index]) for r in requests])
+
+
+def _answer_json(t) -> dict:
+  return {"mode": "controller", "answer": t.response,
+          "trajectory": [{"round": i, "action": r.action, "query": r.content, "route": r.route,
+                          "retrieved_clips": list(r.retrieved_clips), "result": r.result_text}
+                         for i, r in enumerate(t.rounds)]}

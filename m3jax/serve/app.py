@@ -34,7 +34,7 @@ from m3jax.memory.graph import FACE, REFERENCE_TYPE, VOICE
 from m3jax.memory.search import SearchError
 from m3jax.serve.answering import AskItem, ControllerAnswerer, RetrievalAnswerer, SharedEmbedCache
 from m3jax.serve.auth import KeyRing
-from m3jax.serve.batching import Batcher
+from m3jax.serve.batching import Batcher, JoiningBatcher
 from m3jax.serve.config import ServeConfig
 from m3jax.serve.jobs import JobRunner
 from m3jax.serve.limits import BodyLimit, Metrics
@@ -173,7 +173,10 @@ def create_app(config: ServeConfig, keys: KeyRing | None = None, policy=None) ->
                                          slots=config.slots)
   else:
     answer = RetrievalAnswerer(store)
-  batcher = Batcher(answer, config.max_batch, config.max_wait_ms / 1000)
+  if isinstance(answer, ControllerAnswerer) and answer.streams:  # questions join the running ones' KV-cache slots
+    batcher = JoiningBatcher(answer, answer.stream, config.max_batch)
+  else:
+    batcher = Batcher(answer, config.max_batch, config.max_wait_ms / 1000)
   jobs = JobRunner(store, batcher, config.job_yield_ms / 1000, config.memorize_config)
   metrics = Metrics()
   allowed = [pathlib.Path(d).resolve() for d in config.allowed_dirs]

@@ -4,6 +4,11 @@ One worker thread takes the oldest queued item, then waits at most `max_wait_s` 
 items are queued, and hands them all to `fn` in one call (one embedder call, one search kernel call, one
 controller batch). WHY a thread and not the event loop: the batch call is seconds of jitted device work that
 releases the GIL; the event loop keeps accepting requests (and filling the next batch) meanwhile.
+
+`JoiningBatcher` goes one step further for the control agent (`ControllerAnswerer.stream`): its worker runs one
+continuous-batching loop, and a question that arrives while others are being answered joins the loop's next
+policy call in a free KV-cache slot instead of waiting for the whole running batch to finish; each answer is
+returned as soon as its own trajectory ends.
 """
 
 from __future__ import annotations
@@ -115,3 +120,73 @@ class Batcher(Generic[T, R]):
       with self._cv:
         self._running = False
         self._cv.notify_all()                   # wakes wait_idle callers
+
+
+class JoiningBatcher(Batcher[T, R]):
+  """`Batcher`'s interface over a streaming answerer: `stream(take, finish)` runs until `take` returns None,
+  taking queued items (`take(n, idle) -> [(key, item)]`, blocking only when nothing runs) and reporting each
+  result (`finish(key, result)`) as soon as it is ready. If the stream fails, every item it was running is
+  retried alone through `fn` (so a bad item fails only its caller) and a fresh stream starts. Counters: a
+  "batch" is one hand-over of queued items to the running loop; `batch_seconds` is the time items were running."""
+
+  def __init__(self, fn: Callable[[list[T]], Sequence[R | Exception]],
+               stream: Callable[[Callable, Callable], None], max_batch: int):
+    self.stream = stream
+    self._in_flight: dict[int, tuple[T, concurrent.futures.Future]] = {}
+    self._keys = 0
+    self._busy_since = 0.0
+    super().__init__(fn, max_batch, max_wait_s=0.0)
+
+  def _hand_over(self, n: int, idle: bool) -> list[tuple[int, T]] | None:
+    with self._cv:
+      while idle and not self._queue and not self._stop:
+        self._cv.wait()
+      if self._stop:
+        return None
+      got = []
+      for _ in range(min(n, self.max_batch, len(self._queue))):
+        item, fut = self._queue.popleft()
+        if not fut.set_running_or_notify_cancel():
+          continue
+        key, self._keys = self._keys, self._keys + 1
+        self._in_flight[key] = (item, fut)
+        got.append((key, item))
+      if got:
+        if not self._running:
+          self._running, self._busy_since = True, time.perf_counter()
+        self.batches += 1
+        self.items += len(got)
+        self.batch_size_counts[len(got)] += 1
+      return got
+
+  def _finish(self, key: int, result: R | Exception) -> None:
+    with self._cv:
+      _, fut = self._in_flight.pop(key)
+      if not self._in_flight:
+        self._idle()
+    if isinstance(result, Exception):
+      fut.set_exception(result)
+    else:
+      fut.set_result(result)
+
+  def _idle(self) -> None:  # holding self._cv
+    if self._running:
+      self._running = False
+      self.batch_seconds += time.perf_counter() - self._busy_since
+      self._cv.notify_all()  # wakes wait_idle callers
+
+  def _loop(self) -> None:
+    while not self._stop:
+      try:
+        self.stream(self._hand_over, self._finish)
+      except Exception:
+        with self._cv:
+          failed, self._in_flight = list(self._in_flight.values()), {}
+        for item, fut in failed:  # each alone: a bad item fails only its own caller
+          result = self._call([item])[0]
+          if isinstance(result, Exception):
+            fut.set_exception(result)
+          else:
+            fut.set_result(result)
+        with self._cv:
+          self._idle()

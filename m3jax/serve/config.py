@@ -26,10 +26,11 @@ class ServeConfig:
   adapter: str = ""                       # answerer=trained: a LoRA adapter file ("" = the shipped one)
   max_new_tokens: int = 192
   max_rounds: int = 5
-  max_batch: int = 64                     # questions per answering batch
-  slots: int = 16                         # KV-cache rows a batch's questions share (continuous batching; 0 = the
-                                          # whole batch as one static batch)
-  max_wait_ms: float = 5.0                # how long the first queued question waits for company
+  max_batch: int = 64                     # questions per answering batch (joining: per hand-over)
+  slots: int = 16                         # KV-cache rows the control agent's questions share: a question arriving
+                                          # while others run joins a free row at once (continuous batching); 0 =
+                                          # static batches, each waiting for the one before it to finish
+  max_wait_ms: float = 5.0                # static batches: how long the first queued question waits for company
   max_questions_per_request: int = 256
   max_upload_mb: float = 512.0
   max_body_kb: int = 1024                 # JSON bodies
