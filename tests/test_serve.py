@@ -415,6 +415,8 @@ def test_a_question_joins_the_running_ones_and_returns_when_it_ends(tmp_path):
       bad.result(timeout=10)
     assert good.result(timeout=10)["answer"] == "at once"
     assert batcher.submit([AskItem(a, "short: and now?")])[0].result(timeout=10)["answer"] == "at once"
+    with pytest.raises(ValueError, match="join_running needs slots"):
+      _config(tmp_path, join_running=True, slots=0)
   finally:
     batcher.close()
     store.close()

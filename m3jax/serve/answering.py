@@ -4,8 +4,8 @@
 the retrieved memories with `answer = None` and `mode = "retrieval_only"`: it is not an answer, and the API
 says so. `controller` mode runs `m3jax.agent.control.Controller` with the LLM policy over all the batch's
 spaces at once (one policy batch per round, one search call per round), returning its answer and trajectory;
-with a slot policy it runs as one long-lived stream (`ControllerAnswerer.stream`) that questions join while others
-are being answered.
+with a slot policy and `ServeConfig.join_running` it runs as one long-lived stream (`ControllerAnswerer.stream`)
+that questions join while others are being answered.
 Either way one search call covers every space of the batch (one kernel call), made under the spaces' locks, so a
 concurrent clip insert is never seen half-done.
 """

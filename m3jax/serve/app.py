@@ -173,7 +173,7 @@ def create_app(config: ServeConfig, keys: KeyRing | None = None, policy=None) ->
                                          slots=config.slots)
   else:
     answer = RetrievalAnswerer(store)
-  if isinstance(answer, ControllerAnswerer) and answer.streams:  # questions join the running ones' KV-cache slots
+  if config.join_running and isinstance(answer, ControllerAnswerer) and answer.streams:
     batcher = JoiningBatcher(answer, answer.stream, config.max_batch)
   else:
     batcher = Batcher(answer, config.max_batch, config.max_wait_ms / 1000)

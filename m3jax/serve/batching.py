@@ -8,7 +8,8 @@ releases the GIL; the event loop keeps accepting requests (and filling the next 
 `JoiningBatcher` goes one step further for the control agent (`ControllerAnswerer.stream`): its worker runs one
 continuous-batching loop, and a question that arrives while others are being answered joins the loop's next
 policy call in a free KV-cache slot instead of waiting for the whole running batch to finish; each answer is
-returned as soon as its own trajectory ends.
+returned as soon as its own trajectory ends. Opt-in (`ServeConfig.join_running`): every call of the loop decodes
+all its slots, where a static batch decodes only its own batch bucket, so joining wins at high concurrency only.
 """
 
 from __future__ import annotations

@@ -27,9 +27,13 @@ class ServeConfig:
   max_new_tokens: int = 192
   max_rounds: int = 5
   max_batch: int = 64                     # questions per answering batch (joining: per hand-over)
-  slots: int = 16                         # KV-cache rows the control agent's questions share: a question arriving
-                                          # while others run joins a free row at once (continuous batching); 0 =
-                                          # static batches, each waiting for the one before it to finish
+  slots: int = 16                         # KV-cache rows a batch's questions share (continuous batching; 0 = the
+                                          # whole batch as one static batch)
+  # a question asked while others are being answered joins them in a free KV-cache row at once instead of waiting
+  # for their batch to end (needs slots > 0). Off by default: every joined call decodes all `slots` rows, so at
+  # low concurrency it is slower (bench/serve_joining.py, Intel Xeon under load: mean latency 36.4 s vs 19.8 s
+  # static at 16 questions 2 s apart, 8 slots; 34.6 s vs 50.2 s at 8 questions 1 s apart, 4 slots)
+  join_running: bool = False
   max_wait_ms: float = 5.0                # static batches: how long the first queued question waits for company
   max_questions_per_request: int = 256
   max_upload_mb: float = 512.0
@@ -58,6 +62,8 @@ class ServeConfig:
       raise ValueError(f"ServeConfig.embedder must be minilm, hashed or a *.embedder.json, got {self.embedder!r}")
     if self.answerer not in ("trained", "controller", "retrieval"):
       raise ValueError(f"ServeConfig.answerer must be trained/controller/retrieval, got {self.answerer!r}")
+    if self.join_running and not self.slots:
+      raise ValueError("ServeConfig.join_running needs slots > 0 (joined questions take free KV-cache rows)")
     if self.max_batch < 1 or self.max_wait_ms < 0 or self.max_questions_per_request < 1 or self.slots < 0:
       raise ValueError("ServeConfig.max_batch/max_questions_per_request must be >= 1, max_wait_ms and slots >= 0")
     if self.max_upload_mb <= 0 or self.max_body_kb <= 0 or self.snapshot_every < 1:
