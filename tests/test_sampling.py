@@ -121,6 +121,31 @@ def test_a_reset_slot_takes_a_new_prompt_while_the_others_continue(tiny):
     sampler.reset_rows(first.state, [4])
 
 
+def test_a_few_fed_rows_decode_in_a_batch_of_their_own(tiny):
+  """`continue_` feeding 2 rows of an 8-row state decodes them in a 2-row batch (`_continue_subset`), with the
+  tokens and log-probs of the full-width call, and the idle rows' caches come back intact: feeding the other rows
+  next, then every row, gives what one full-width call per round gives."""
+  model, _, _ = tiny
+  short = SamplingConfig(max_new_tokens=8, greedy=True)
+  prompts = _prompts((9, 6, 13, 4, 7, 12, 5, 10))
+  c = _prompts((3,) * 8, seed=3)
+  f = _prompts((2,) * 8, seed=4)
+  ref, test = Sampler(model, short), Sampler(model, short)
+  r1 = ref.continue_(ref.generate(prompts).state, c)
+  r2 = ref.continue_(r1.state, f)
+  state = test.generate(prompts).state
+  steps = test.decode_row_steps
+  few = test.continue_(state, [c[b] if b in (2, 5) else None for b in range(8)])
+  assert test.decode_row_steps - steps <= 2 * short.max_new_tokens  # two rows computed, not eight
+  assert few.tokens == [r1.tokens[2], r1.tokens[5]]
+  np.testing.assert_allclose(np.concatenate(few.logprobs), np.concatenate([r1.logprobs[2], r1.logprobs[5]]),
+                             atol=1e-5)
+  rest = test.continue_(few.state, [None if b in (2, 5) else c[b] for b in range(8)])
+  assert rest.tokens == [t for b, t in enumerate(r1.tokens) if b not in (2, 5)]
+  final = test.continue_(rest.state, f)
+  assert final.tokens == r2.tokens and final.state.history == r2.state.history
+
+
 def test_prompt_buckets_bound_compilations(tiny):
   model, _, _ = tiny
   sampler = Sampler(model, SamplingConfig(max_new_tokens=8, greedy=True))

@@ -63,6 +63,14 @@ def scatter_logits(logits, part, members, batch: int):
   return base.at[members].set(part[:members.shape[0]])
 
 
+@functools.partial(jax.jit, donate_argnums=(0,))
+def put_rows(cache, sub, index):
+  """`cache` with rows `index` (distinct) replaced by `sub`'s rows, in place: a subset's decode written back."""
+  TRACES[0] += 1
+  return cache.replace(k=cache.k.at[:, index].set(sub.k), v=cache.v.at[:, index].set(sub.v),
+                       length=cache.length.at[index].set(sub.length))
+
+
 @jax.jit
 def fork(cache, logits, index, keep):
   """Row b of the result is row `index[b]` of a prefill's cache and logits; rows with `keep` False are emptied."""

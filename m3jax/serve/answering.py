@@ -147,11 +147,9 @@ class ControllerAnswerer:
     return bool(self.slots) and hasattr(self.policy, "advance")
 
   def __call__(self, items: Sequence[AskItem]) -> list[dict | Exception]:
-    from m3jax.agent.control import Controller, Question
+    from m3jax.agent.control import Controller
     spaces, where = _group(items)
-    questions = [Question(question_id=str(i), question=it.question, answer="", graph_index=gi,
-                          graph_key=it.space.id, before_clip=it.before_clip) for i, (it, gi) in
-                 enumerate(zip(items, where))]
+    questions = [_question(i, it, gi) for i, (it, gi) in enumerate(zip(items, where))]
     searcher = SpacesSearcher(spaces, self.store.embed_fn, self.store.search_config)
     slots = min(self.slots, len(questions)) if self.streams else None
     return [_answer_json(t) for t in Controller(self.policy, searcher, self.control_config).run(questions, slots)]
@@ -159,7 +157,7 @@ class ControllerAnswerer:
   def stream(self, take: Callable, finish: Callable) -> None:
     """The control loop as a stream (`Controller.run_stream`, for `batching.JoiningBatcher`): `take(n, idle)`
     hands over `(key, AskItem)` pairs, `finish(key, answer)` gets each answer as soon as its trajectory ends."""
-    from m3jax.agent.control import Controller, Question
+    from m3jax.agent.control import Controller
     spaces = _RunningSpaces(self.store.embed_fn, self.store.search_config)
     index: dict = {}
 
@@ -169,14 +167,20 @@ class ControllerAnswerer:
         return None
       for key, it in got:
         index[key] = spaces.enter(it.space)
-      return [(key, Question(question_id=str(key), question=it.question, answer="", graph_index=index[key],
-                             graph_key=it.space.id, before_clip=it.before_clip)) for key, it in got]
+      return [(key, _question(key, it, index[key])) for key, it in got]
 
     def done(key, traj) -> None:
       spaces.leave(index.pop(key))
       finish(key, _answer_json(traj))
 
     Controller(self.policy, spaces, self.control_config).run_stream(take_questions, done, self.slots)
+
+
+def _question(key, item: AskItem, graph_index: int):
+  """The controller's question for an ask on the graph at `graph_index` of the call's searcher."""
+  from m3jax.agent.control import Question
+  return Question(question_id=str(key), question=item.question, answer="", graph_index=graph_index,
+                  graph_key=item.space.id, before_clip=item.before_clip)
 
 
 class _RunningSpaces:
