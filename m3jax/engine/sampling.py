@@ -17,6 +17,7 @@ Throughput design:
   without re-prefilling the conversation;
 * `reset_rows` empties chosen rows of a live state, so a finished conversation's slot takes a new one while the
   other rows keep their caches (continuous batching, `m3jax.agent.control.Controller.run(slots=...)`);
+* a call that feeds a few rows of a wide state decodes them in a batch of their own bucket (`_continue_subset`);
 * rows fed chunks of very different lengths (a new prompt beside short tool results) prefill in groups of their
   own width instead of all at the longest one's (`_width_groups`).
 
