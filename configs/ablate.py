@@ -12,7 +12,8 @@ Turns are 48 tokens, as bench/controller_eval.py runs the untrained base and the
 
 Re-running the same command resumes: finished evaluations are kept in out_dir/evals, RL runs in out_dir/rl.
 
-Measured (Intel Xeon, 2 cores; every row but the RL ones, `--set "rows=('base','no_semantic','no_equivalence',
+Measured with the stage-2 controller (now m3jax/data/controller/stage2_direct.npz; the shipped one is stage 3 since;
+Intel Xeon, 2 cores; every row but the RL ones, `--set "rows=('base','no_semantic','no_equivalence',
 'reference_mode','designs','prompting','rl','no_instruction','no_reasoning')"`, about 45 min beside other jobs;
 accuracy on the 96 held-out questions ± standard error; the perception-built episode asks 21):
   M3 graph, shipped controller 0.573 ± 0.050 | no semantic memory 0.531 (−4.2; with the rules answerer 0.667 →

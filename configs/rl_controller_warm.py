@@ -1,6 +1,6 @@
 """python train.py rl --config configs/rl_controller_warm.py --set out_dir=runs/rl_controller_warm
 
-Stage 1 of the shipped controller's recipe (stage 2: configs/rl_controller.py; the result of this stage ships as
+Stage 1 of the shipped controller's recipe (stage 2: configs/rl_controller_direct.py; the result of this stage ships as
 m3jax/data/controller/stage1_hindsight.npz, float16, and stage 2 starts from it): SmolLM2-135M-Instruct
 with rank-8 LoRA adapters on every projection, written to OUT_DIR/adapter.npz (`--answerer trained --adapter
 FILE`), on a 2-core CPU: 30 behaviour-cloning warm-start steps (16 training questions each, lr 1e-3) on the

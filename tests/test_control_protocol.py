@@ -78,8 +78,14 @@ def test_chatml_rendering_is_incremental():
   ("The format is Action: [Answer] or [Search].\nSo:\nAction: [Search]\nContent: where is the vase",
    ParsedTurn("search", "where is the vase")),
   ("Sure! **Action:** [Answer]\n**Content:** The blue vase.", ParsedTurn("answer", "The blue vase.")),
-  # multi-line answers are kept whole
+  # a multi-line answer is kept whole up to its first blank line: candidates piled up after it are not the answer
   ("Action: [Answer]\nContent: Alice.\nShe made coffee.", ParsedTurn("answer", "Alice.\nShe made coffee.")),
+  ("Action: [Answer]\nContent: Sophie.\n \nSame as before.\n\nThe memory does not say.",
+   ParsedTurn("answer", "Sophie.")),
+  # a decoding loop ends at its first repeat; sentences that merely share words are kept
+  ("Action: [Answer]\nContent: On the shelf. On the desk. On the desk. On the de", ParsedTurn("answer",
+                                                                                      "On the shelf. On the desk.")),
+  ("Action: [Answer]\nContent: Dr. Smith. Dr. Jones.", ParsedTurn("answer", "Dr. Smith. Dr. Jones.")),
   # thinking mentions an action but the visible part is what counts
   ("<think>Action: [Answer] Content: X</think>Action: [Search]\nContent: Y", ParsedTurn("search", "Y")),
   # truncated thinking (no </think>) is a format error, not an action parsed from scratch text

@@ -390,7 +390,7 @@ def test_the_shipped_controller_answers_from_perception_built_memory(memorized, 
   controller (SmolLM2-135M + m3jax/data/controller/controller.npz) and runs the multi-turn protocol over the
   memory that perception built. It answers in its own short words, not by quoting memory lines as the rules
   answerer does, and gets a good share of the episode's questions right (measured: 6, the rules answerer 7;
-  the untrained base answers none of the demo's)."""
+  the untrained base answers none of the demo's; measured with the stage-2 adapter)."""
   from m3jax.agent.demo import answer_correct, episode_questions, make_answerer
   from m3jax.cli import main
 

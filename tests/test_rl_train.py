@@ -145,20 +145,22 @@ def test_warm_start_survives_crashes_in_itself_and_after_it(tmp_path, monkeypatc
 
 
 def test_the_controller_recipe_reproduces_from_the_repository():
-  """configs/rl_controller.py (stage 2) starts from the stage-1 adapter shipped beside the controller, which
-  configs/rl_controller_warm.py produces: same LoRA shape, stage 1's settings, and the shipped controller's
-  metadata names the stage-2 teacher and starting file."""
+  """The shipped controller's three stages chain through files shipped beside it: configs/rl_controller.py (stage
+  3, DAPO) starts from stage2_direct.npz, which configs/rl_controller_direct.py makes from stage1_hindsight.npz,
+  which configs/rl_controller_warm.py makes; each file's metadata names the settings of the config that made it."""
   import pathlib
 
   from m3jax.agent.answer import SHIPPED_CONTROLLER
   from m3jax.config import load_config
   from m3jax.models.lora import read_adapter_meta
 
-  stage1, stage2 = load_config("configs/rl_controller_warm.py"), load_config("configs/rl_controller.py")
-  info = read_adapter_meta(stage2.init_adapter, "controller")
-  assert (int(info["rank"]), float(info["alpha"]), tuple(info["targets"])) == (
-      stage2.lora_rank, stage2.lora_alpha, tuple(stage2.lora_targets))
-  assert (info["seed"], info["warm_start_steps"]) == (stage1.seed, stage1.warm_start_steps)
-  shipped = read_adapter_meta(SHIPPED_CONTROLLER, "controller")
-  assert (shipped["warm_start_expert"], shipped["init_adapter"], shipped["warm_start_steps"], shipped["seed"]) == (
-      stage2.warm_start_expert, pathlib.Path(stage2.init_adapter).name, stage2.warm_start_steps, stage2.seed)
+  stages = [load_config(f"configs/{name}.py") for name in ("rl_controller_warm", "rl_controller_direct",
+                                                            "rl_controller")]
+  files = [stages[1].init_adapter, stages[2].init_adapter, SHIPPED_CONTROLLER]
+  for cfg, path in zip(stages, files):  # file k was made by stage k
+    info = read_adapter_meta(path, "controller")
+    assert (int(info["rank"]), float(info["alpha"]), tuple(info["targets"])) == (
+        cfg.lora_rank, cfg.lora_alpha, tuple(cfg.lora_targets)), path
+    assert (info["seed"], info["warm_start_steps"], info["steps"]) == (cfg.seed, cfg.warm_start_steps, cfg.steps), path
+    assert info.get("init_adapter", "") == (pathlib.Path(cfg.init_adapter).name if cfg.init_adapter else ""), path
+  assert read_adapter_meta(files[1], "controller")["warm_start_expert"] == stages[1].warm_start_expert

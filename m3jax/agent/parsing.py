@@ -4,8 +4,12 @@ The reference (§4.4) applies `Action: \\[(.*)\\].*Content: (.*)` (greedy, DOTAL
 `</think>` and compares the action with "Answer" case-sensitively, so `action: [answer]`, a trailing
 `<|im_end|>` or extra lines after a query all change the outcome. Here the action is read case-insensitively,
 the content is stripped (a search query keeps only its first line: the protocol asks for "a single search
-query", and trailing chatter would only dilute its embedding), and a turn whose thinking
-never closed (the token cap hit inside `<think>`) is a format error rather than an action parsed out of the
+query", and trailing chatter would only dilute its embedding), an answer keeps only its first paragraph (text up
+to the first blank line: the DAPO-trained controller, rewarded by the `contains` judge, learned to append further
+candidates after blank lines, e.g. "Sophie. …\n\nSame as before.\n\nThe memory does not say.", which the judge
+accepts when any candidate holds the truth; `parse_turn_reference` keeps the whole text) and ends before the first
+sentence that repeats the one before it (a greedy 135M policy can loop "Market. Market. …" to the token limit), and
+a turn whose thinking never closed (the token cap hit inside `<think>`) is a format error rather than an action parsed out of the
 model's scratch text. A format error is then treated exactly like the reference's failed match: an empty search.
 """
 
@@ -23,6 +27,8 @@ _THINK_CLOSE = "</think>"
 # style emphasis and whitespace variations, not a different order.
 _ACTION_RE = re.compile(r"action\W{0,4}:[\s*_]*\[\s*(answer|search)\s*\]", re.IGNORECASE)
 _CONTENT_RE = re.compile(r"content\W{0,4}:[ \t*_]*", re.IGNORECASE)
+_BLANK_LINE_RE = re.compile(r"\n[ \t]*\n")
+_SENTENCE_END_RE = re.compile(r"(?<=[.!?])[ \t]+")
 _SPECIAL_TAIL_RE = re.compile(r"(<\|im_end\|>|<\|endoftext\|>|</s>)\s*$")
 
 
@@ -47,7 +53,7 @@ def parse_turn(turn_text: str) -> ParsedTurn:
 
   The last `Action:` line wins (models sometimes restate the format before acting); the content is the text
   after the first `Content:` that follows it, stripped, with a trailing end-of-turn token removed (first line only
-  for a search). An empty
+  for a search, first paragraph for an answer). An empty
   content is a format error for both actions: the reference would search for nothing / answer nothing.
   """
   text = visible_text(turn_text)
@@ -64,9 +70,20 @@ def parse_turn(turn_text: str) -> ParsedTurn:
   action: Action = "answer" if last.group(1).lower() == "answer" else "search"
   if action == "search":
     content = content.split("\n", 1)[0].strip()
+  else:
+    content = _without_repeats(_BLANK_LINE_RE.split(content, 1)[0].strip())
   if not content:
     return ParsedTurn("format_error", None)
   return ParsedTurn(action, content)
+
+
+def _without_repeats(answer: str) -> str:
+  """`answer` up to the first sentence that repeats the one before it (a decoding loop: "Market. Market. …")."""
+  sentences = _SENTENCE_END_RE.split(answer)
+  for k in range(1, len(sentences)):
+    if sentences[k].strip().lower() == sentences[k - 1].strip().lower():
+      return " ".join(sentences[:k])
+  return answer
 
 
 def parse_turn_reference(turn_text: str) -> ParsedTurn:

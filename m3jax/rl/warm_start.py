@@ -86,8 +86,8 @@ def direct_turn(question: Question, seen: str, round_index: int, max_rounds: int
   """Answers right after the first search that returned memories (the truth, or NOT_IN_MEMORY for an unanswerable
   question), so the reading decision is made on the result in view; an empty result is retried in key words
   once, then declined; a person's name is looked up first when the answer is a person not yet named. Measured on
-  top of the shipped adapter (15 steps): held-out 0.573 against its 0.500, unanswerable questions declined 6/10
-  against 2/10 (the controller's MODEL_CARD.md)."""
+  top of the stage-1 adapter (15 steps, the shipped controller's stage 2): held-out 0.573 against its 0.500,
+  unanswerable questions declined 6/10 against 2/10 (the controller's MODEL_CARD.md)."""
   retrieved = seen.count(SEARCH_RESULT_PREFIX) > seen.count(SEARCH_RESULT_PREFIX + "{}")
   unanswerable = question.answer == NOT_IN_MEMORY
   first = _lookups(question.question, seen)[0]
