@@ -30,9 +30,10 @@ class ServeConfig:
   slots: int = 16                         # KV-cache rows a batch's questions share (continuous batching; 0 = the
                                           # whole batch as one static batch)
   # a question asked while others are being answered joins them in a free KV-cache row at once instead of waiting
-  # for their batch to end (needs slots > 0). Off by default: every joined call decodes all `slots` rows, so at
-  # low concurrency it is slower (bench/serve_joining.py, Intel Xeon under load: mean latency 36.4 s vs 19.8 s
-  # static at 16 questions 2 s apart, 8 slots; 34.6 s vs 50.2 s at 8 questions 1 s apart, 4 slots)
+  # for their batch to end (needs slots > 0). Off by default: it has not measured faster at low concurrency
+  # (bench/serve_joining.py, Intel Xeon, 16 questions 2 s apart, 8 slots: mean latency 10.9 s either way, p95
+  # 17.7 s vs 15.9 s static, load 1.7, since a joined call decodes only its fed rows; before that 36.4 s vs 19.8 s
+  # at load 3.9); it won at 8 questions 1 s apart, 4 slots (34.6 s vs 50.2 s)
   join_running: bool = False
   max_wait_ms: float = 5.0                # static batches: how long the first queued question waits for company
   max_questions_per_request: int = 256
