@@ -8,8 +8,8 @@ that adapter (`init_adapter`) and clones the `direct` teacher (`m3jax.rl.warm_st
 steps: answer right after the first search that returned memories — the truth, or "The memory does not say." for
 an unanswerable question — so the student decides on the result in view, which the hindsight teacher's
 truth-in-results stopping rule did not let it do. Everything else is stage 1's (model, LoRA rank 8 / alpha 16,
-16 questions per step at lr 1e-3, the 5-round protocol, train seeds 0..127). The output is OUT_DIR/adapter.npz in float32; the shipped file is it stored
-as float16 (`m3jax.models.lora.export_adapter_file(..., dtype="float16")`).
+16 questions per step at lr 1e-3, the 5-round protocol, train seeds 0..127). The output is OUT_DIR/adapter.npz in
+float32; the shipped file is it stored as float16 (`m3jax.models.lora.export_adapter_file(..., dtype="float16")`).
 """
 
 import dataclasses

@@ -10,7 +10,8 @@ candidates after blank lines, e.g. "Sophie. …\n\nSame as before.\n\nThe memory
 accepts when any candidate holds the truth; `parse_turn_reference` keeps the whole text) and ends before the first
 sentence that repeats the one before it (a greedy 135M policy can loop "Market. Market. …" to the token limit), and
 a turn whose thinking never closed (the token cap hit inside `<think>`) is a format error rather than an action
-parsed out of the model's scratch text. A format error is then treated exactly like the reference's failed match: an empty search.
+parsed out of the model's scratch text. A format error is then treated exactly like the reference's failed match:
+an empty search.
 """
 
 from __future__ import annotations
