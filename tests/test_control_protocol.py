@@ -86,6 +86,9 @@ def test_chatml_rendering_is_incremental():
   ("Action: [Answer]\nContent: On the shelf. On the desk. On the desk. On the de", ParsedTurn("answer",
                                                                                       "On the shelf. On the desk.")),
   ("Action: [Answer]\nContent: Dr. Smith. Dr. Jones.", ParsedTurn("answer", "Dr. Smith. Dr. Jones.")),
+  ("Action: [Answer]\nContent: On the sofa. On the desk. On the sofa. On the desk.", ParsedTurn("answer",
+                                                                                          "On the sofa. On the desk.")),
+  ("Action: [Answer]\nContent: Tea.\nContent: Tea.\nContent: Coffee.", ParsedTurn("answer", "Tea.")),
   # thinking mentions an action but the visible part is what counts
   ("<think>Action: [Answer] Content: X</think>Action: [Search]\nContent: Y", ParsedTurn("search", "Y")),
   # truncated thinking (no </think>) is a format error, not an action parsed from scratch text

@@ -8,7 +8,7 @@ query", and trailing chatter would only dilute its embedding), an answer keeps o
 to the first blank line: the DAPO-trained controller, rewarded by the `contains` judge, learned to append further
 candidates after blank lines, e.g. "Sophie. …\n\nSame as before.\n\nThe memory does not say.", which the judge
 accepts when any candidate holds the truth; `parse_turn_reference` keeps the whole text) and ends before the first
-sentence that repeats the one before it (a greedy 135M policy can loop "Market. Market. …" to the token limit), and
+decoding loop (a greedy 135M policy can loop "Market. Market. …" to the token limit, see `_without_repeats`), and
 a turn whose thinking never closed (the token cap hit inside `<think>`) is a format error rather than an action
 parsed out of the model's scratch text. A format error is then treated exactly like the reference's failed match:
 an empty search.
@@ -30,6 +30,7 @@ _ACTION_RE = re.compile(r"action\W{0,4}:[\s*_]*\[\s*(answer|search)\s*\]", re.IG
 _CONTENT_RE = re.compile(r"content\W{0,4}:[ \t*_]*", re.IGNORECASE)
 _BLANK_LINE_RE = re.compile(r"\n[ \t]*\n")
 _SENTENCE_END_RE = re.compile(r"(?<=[.!?])[ \t]+")
+_FIELD_LINE_RE = re.compile(r"\n\W{0,4}(?:action|content)\W{0,4}:", re.IGNORECASE)
 _SPECIAL_TAIL_RE = re.compile(r"(<\|im_end\|>|<\|endoftext\|>|</s>)\s*$")
 
 
@@ -79,11 +80,17 @@ def parse_turn(turn_text: str) -> ParsedTurn:
 
 
 def _without_repeats(answer: str) -> str:
-  """`answer` up to the first sentence that repeats the one before it (a decoding loop: "Market. Market. …")."""
+  """`answer` up to a decoding loop: a line restarting the protocol (`Content: …` again), or a sentence that
+  repeats the one before it ("Market. Market. …") or any earlier one of two words or more ("On the sofa. On the
+  table. On the sofa. …"); a one-word repeat further back ("Dr. Smith. Dr. Jones.") is not a loop."""
+  answer = _FIELD_LINE_RE.split(answer, 1)[0].strip()
   sentences = _SENTENCE_END_RE.split(answer)
-  for k in range(1, len(sentences)):
-    if sentences[k].strip().lower() == sentences[k - 1].strip().lower():
+  seen: set[str] = set()
+  for k, sentence in enumerate(sentences):
+    key = " ".join(sentence.lower().split())
+    if k and (key == " ".join(sentences[k - 1].lower().split()) or (len(key.split()) > 1 and key in seen)):
       return " ".join(sentences[:k])
+    seen.add(key)
   return answer
 
 
