@@ -165,6 +165,11 @@ def test_unanswerable_questions_have_the_canonical_answer_and_no_evidence(episod
                      ("I don't know.", False), ("The memory says tea.", False), ("", False)]:
     assert answer_correct(answer, NOT_IN_MEMORY) == ok
     assert contains.judge([JudgeItem("q", NOT_IN_MEMORY, answer)])[0].correct == ok
+  # a decline is never right on an answerable question, not even beside the truth (a hedge DAPO learned)
+  for answer, ok in [("Cheese.", True), ("Cheese. The memory does not say.", False), (NOT_IN_MEMORY, False)]:
+    assert answer_correct(answer, "Cheese.") == ok
+    for kind in ("contains", "exact", "f1"):
+      assert RuleJudge(kind).judge([JudgeItem("q", "Cheese.", answer)])[0].correct == ok, (kind, answer)
 
 
 def test_what_changed_is_asked_before_and_after_the_move(episodes):

@@ -68,6 +68,21 @@ def test_reward_components_by_hand():
     rewards.reward_components([1.0], eps, cfg)
 
 
+def test_a_wrong_guess_scores_below_a_decline_with_the_wrong_answer_penalty():
+  from m3jax.agent.judges import is_decline
+
+  answers = ["Tea.", "Coffee.", "The memory does not say.", None]  # right, wrong, declined, never answered
+  eps = [rewards.EpisodeStats(a, 0, 0, 0, 10, declined=is_decline(a)) for a in answers]
+  assert [e.declined for e in eps] == [False, False, True, False]
+  cfg = rewards.RewardConfig(shaping=False, wrong_answer_penalty=-0.5)
+  c = rewards.reward_components([1.0, 0.0, 0.0, 0.0], eps, cfg)
+  np.testing.assert_allclose(c["wrong_answer"], [0.0, -0.5, 0.0, 0.0])
+  np.testing.assert_allclose(c["total"], [1.0, -0.5, 0.0, 0.0])
+  assert not rewards.reward_components([1.0, 0.0, 0.0, 0.0], eps, rewards.RewardConfig())["wrong_answer"].any()
+  with pytest.raises(rewards.RewardError, match="wrong_answer_penalty"):
+    rewards.RewardConfig(wrong_answer_penalty=0.5)
+
+
 def _groups(outcomes_per_group, tag):
   return [ds.Group(payload=(tag, i), outcomes=np.array(o, np.float32)) for i, o in enumerate(outcomes_per_group)]
 

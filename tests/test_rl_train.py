@@ -164,3 +164,22 @@ def test_the_controller_recipe_reproduces_from_the_repository():
     assert (info["seed"], info["warm_start_steps"], info["steps"]) == (cfg.seed, cfg.warm_start_steps, cfg.steps), path
     assert info.get("init_adapter", "") == (pathlib.Path(cfg.init_adapter).name if cfg.init_adapter else ""), path
   assert read_adapter_meta(files[1], "controller")["warm_start_expert"] == stages[1].warm_start_expert
+
+
+def test_unanswerable_repeat_draws_each_unanswerable_question_that_often_per_pass(tmp_path):
+  import collections
+  import dataclasses
+
+  from m3jax.config import apply_overrides, load_config
+  from m3jax.rl.program import RLProgram
+
+  base = apply_overrides(load_config("configs/rl_tiny.py"), [a for a in FAST if a != "--set"])
+  program = RLProgram(dataclasses.replace(base, unanswerable_repeat=3, out_dir=str(tmp_path)))
+  records = program.train_records
+  unanswerable = {r.question_id for r in records if r.unanswerable}
+  assert unanswerable and len(unanswerable) < len(records)
+  n = len(records) + 2 * len(unanswerable)
+  drawn = collections.Counter(program.dataset[i].question_id for i in range(n))  # one pass
+  assert drawn == {r.question_id: 3 if r.question_id in unanswerable else 1 for r in records}
+  with pytest.raises(ValueError, match="unanswerable_repeat"):
+    dataclasses.replace(base, unanswerable_repeat=0)

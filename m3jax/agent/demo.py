@@ -15,7 +15,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from m3jax.agent.control import Question
-from m3jax.agent.judges import normalize_answer
+from m3jax.agent.judges import is_decline, normalize_answer
 from m3jax.agent.memorize import MemorizeConfig, Memorizer, MemorizeReport, load_memory
 from m3jax.agent.observations import ClipObservation
 from m3jax.agent.perceive import PerceptionModels
@@ -71,6 +71,8 @@ def make_answerer(kind: str, graphs: list[MemoryGraph], embed_fn, llm: str = "sm
 def answer_correct(answer: str, truth: str) -> bool:
   """Deterministic judge: every comma-separated part of the ground truth ("Engineer, Chicago.") appears in the
   normalised answer (articles and punctuation ignored) — containment, part by part."""
+  if truth != NOT_IN_MEMORY and is_decline(answer):  # a decline is never right on an answerable question
+    return False
   text = f" {normalize_answer(answer)} "
   parts = [normalize_answer(p) for p in truth.split(",")]
   return any(parts) and all(f" {p} " in text for p in parts if p)

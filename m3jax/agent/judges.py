@@ -199,6 +199,10 @@ class RuleJudge:
   def _one(self, answer: str, truth: str) -> bool:
     if not answer.strip():
       return False
+    if self.kind != "choice" and truth != NOT_IN_MEMORY and _says_not_in_memory(answer):
+      # a decline is never right on an answerable question, even beside a candidate: a policy trained on this
+      # judge learned "Cheese. The memory does not say." to be paid on both kinds of question
+      return False
     if self.kind == "exact":
       return normalize_answer(answer) == normalize_answer(truth)
     if self.kind == "contains":
@@ -211,6 +215,15 @@ class RuleJudge:
 
 
 JUDGES = ("llm", "http", "exact", "contains", "f1", "choice")
+
+
+def _says_not_in_memory(answer: str) -> bool:
+  return f" {normalize_answer(NOT_IN_MEMORY)} " in f" {normalize_answer(answer)} "
+
+
+def is_decline(answer: str | None) -> bool:
+  """Whether an answer declines: it says `NOT_IN_MEMORY` (normalised, as the `contains` judge reads it)."""
+  return bool(answer) and _says_not_in_memory(answer)
 
 
 def make_judge(kind: str, judge_model: str = "smollm2-135m-instruct", http: HTTPJudgeConfig = HTTPJudgeConfig(),

@@ -11,7 +11,8 @@ in the video, a job nobody has, a household item with no rule), so the wording d
 gold answer is `NOT_IN_MEMORY`. With the `contains` judge (and `demo.answer_correct`) an answer is a correct
 decline exactly when its normalised text contains "memory does not say" (articles, case and punctuation ignored):
 "The memory does not say." and "I checked: the memory does not say." count, "I don't know." does not. A decline
-on an answerable question is a false decline: it cannot contain that question's gold answer.
+on an answerable question is a false decline and wrong, even beside the gold answer ("Cheese. The memory does not
+say.", a hedge a DAPO run learned when the judge accepted it).
 """
 
 from __future__ import annotations

@@ -68,6 +68,9 @@ class RLConfig:
   eval_seeds: tuple[int, int] = (1_000_000, 1_000_008)
   episode: EpisodeConfig = EpisodeConfig()
   steps: int = 10
+  # DAPO draws each unanswerable training question this many times per pass over the training questions (1: as
+  # generated, about one in six); more draws give the policy more chances to learn to decline
+  unanswerable_repeat: int = 1
   batch_questions: int = 4  # groups per training batch
   group_size: int = 2  # G trajectories per question (the reference: 2)
   max_rounds: int = 5
@@ -129,6 +132,8 @@ class RLConfig:
       raise ValueError(f"advantage={self.advantage!r}; expected 'grpo' or 'taura'")
     if self.steps < 0 or self.batch_questions < 1 or self.group_size < 1 or self.save_every < 1:
       raise ValueError("steps >= 0, batch_questions, group_size and save_every >= 1 are required")
+    if self.unanswerable_repeat < 1:
+      raise ValueError(f"unanswerable_repeat must be >= 1, got {self.unanswerable_repeat}")
     if self.rollout_slots < 0:
       raise ValueError(f"rollout_slots must be >= 0, got {self.rollout_slots}")
     if self.warm_start_steps < 0 or self.warm_start_questions < 1 or self.warm_start_lr <= 0:
@@ -183,7 +188,8 @@ class RLProgram:
     self.judge = make_judge(cfg.judge, cfg.judge_model, cfg.http_judge)
     # this process's interleaved shard of the global question order: at every draw the processes' questions
     # together are the one-process run's
-    self.dataset = grain.MapDataset.source(self.train_records).shuffle(seed=cfg.seed).repeat()[
+    extra = [r for r in self.train_records if r.unanswerable] * (cfg.unanswerable_repeat - 1)
+    self.dataset = grain.MapDataset.source(self.train_records + extra).shuffle(seed=cfg.seed).repeat()[
         self.process::self.processes]
     self.batcher = DynamicBatcher(cfg.sampling, cfg.batch_questions, multiple=self.processes)
     self.skipped_questions = 0

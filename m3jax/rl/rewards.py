@@ -25,11 +25,17 @@ class RewardConfig:
   format_error_penalty: float = -0.3  # per non-final turn that could not be parsed
   search_bonus: float = 0.1  # per non-final, non-answer turn
   empty_search_penalty: float = -0.15  # per non-final search that returned nothing
+  # added when the final answer is judged wrong and is not a decline ("The memory does not say."): a guess then
+  # scores below a decline, as the task asks ("say it does not know rather than quote a random memory"). Not
+  # the reference's (its questions are all answerable); 0 keeps its rewards
+  wrong_answer_penalty: float = 0.0
   overlong_max_tokens: int | None = None  # DAPO soft overlong punishment on generated-token counts
   overlong_buffer: int = 0
   overlong_factor: float = 1.0
 
   def __post_init__(self):
+    if self.wrong_answer_penalty > 0:
+      raise RewardError(f"wrong_answer_penalty={self.wrong_answer_penalty} must be <= 0 (a penalty)")
     if self.overlong_max_tokens is not None:
       if not 0 <= self.overlong_buffer <= self.overlong_max_tokens:
         raise RewardError(f"overlong_buffer={self.overlong_buffer} must be in [0, overlong_max_tokens]")
@@ -44,6 +50,7 @@ class EpisodeStats:
   searches: int  # non-final turns that were not an answer
   empty_searches: int
   generated_tokens: int
+  declined: bool = False  # the answer says the memory does not say (`judges.is_decline`)
 
 
 def overlong_penalty(lengths: np.ndarray, max_tokens: int, buffer: int, factor: float) -> np.ndarray:
@@ -70,6 +77,8 @@ def reward_components(outcomes: Sequence[float], episodes: Sequence[EpisodeStats
       "character": cfg.character_penalty * character,
       "format": cfg.format_error_penalty * np.array([e.format_errors for e in episodes], np.float64),
       "search": on * cfg.search_bonus * np.array([e.searches for e in episodes], np.float64),
+      "wrong_answer": cfg.wrong_answer_penalty * np.array(
+          [o <= 0 and e.answer is not None and not e.declined for o, e in zip(outcome, episodes)], np.float64),
       "empty_search": on * cfg.empty_search_penalty * np.array([e.empty_searches for e in episodes], np.float64),
       "overlong": zeros if cfg.overlong_max_tokens is None else overlong_penalty(
           np.array([e.generated_tokens for e in episodes]), cfg.overlong_max_tokens, cfg.overlong_buffer,

@@ -14,6 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
+from m3jax.agent.judges import is_decline
 from m3jax.agent.trajectory import Trajectory
 from m3jax.rl.rewards import EpisodeStats
 
@@ -30,7 +31,8 @@ def episode_stats(traj: Trajectory) -> EpisodeStats:
       format_errors=sum(r.action == "format_error" for r in non_final),
       searches=sum(r.action != "answer" for r in non_final),
       empty_searches=sum(r.empty_search for r in non_final),
-      generated_tokens=int(np.sum(traj.generated)))
+      generated_tokens=int(np.sum(traj.generated)),
+      declined=is_decline(traj.response))
 
 
 def turn_ids(generated: np.ndarray) -> np.ndarray:
