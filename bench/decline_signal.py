@@ -46,6 +46,8 @@ def auc(pos: list[float], neg: list[float]) -> float:
 
 
 def answer_key(answer: str) -> str:
+  """What samples vote on: the first sentence, normalised ("Emily. She is the chef." and "Emily." agree); every
+  decline is one key."""
   if is_decline(answer):
     return "<decline>"
   return normalize_answer(re.split(r"(?<=[.!?])\s", answer.strip(), maxsplit=1)[0])
