@@ -3,10 +3,15 @@
   python bench/writer_eval.py                                   # 10 held-out episodes: template, untrained llm
   python bench/writer_eval.py --adapter runs/sft_writer/writer.npz # + the trained writer
   python bench/writer_eval.py --episodes 2 --writers template,trained --adapter FILE  # what fits a busy CPU
+  python bench/writer_eval.py --writers template,ceiling --answerer rules        # what an honest writer can reach
 
 Each held-out episode (seeds from 1_000_000, never trained on) is rendered and perceived for real once (faces,
 voices, Whisper; cached in --work, `writer_data.perceive_episode`); every writer then writes the memories of the
-same observations. Per writer:
+same observations. Writers: `template` (the default), `llm` (the untrained base), `trained` (`--adapter`) and `ceiling`, which writes
+each clip's SFT target (`writer_data.clip_target`: the gold memories kept where the clip's perception supports
+them, with the perceived ids). No writer that invents nothing can do better than `ceiling`, so its recall bounds
+what perception allows: a gold fact perception missed (an undetected face, a misheard value, a voice confused
+with another's) is lost to every honest writer. Per writer:
   recall      gold memories (the script's, `Episode.gold_memories`) matched by a written one: same people
               through the clip's perception, same content words (`m3jax.sft.writer_metrics`);
   precision   stored memories (after the writer's validation) that match some gold memory;
@@ -20,7 +25,7 @@ same observations. Per writer:
               writer's memories (`writer_metrics.replay_graph`), by `--answerer`: the shipped trained controller
               (the product's answerer, the default) or the rules baseline; one answerer for every writer.
 Final line: RESULT recall_trained=… recall_template=… precision_trained=… hallucinated_per_clip=… (the trained
-writer's) qa_trained_writer=… qa_template_writer=… (n/a without --adapter).
+writer's) qa_trained_writer=… qa_template_writer=… (n/a without --adapter) … recall_ceiling=… qa_ceiling_writer=…
 """
 
 from __future__ import annotations
@@ -38,15 +43,16 @@ from m3jax.agent.demo import ANSWERERS, answer_correct, episode_questions, make_
 from m3jax.agent.memorize import default_graph_config  # noqa: E402
 from m3jax.agent.observations import ClipMemories  # noqa: E402
 from m3jax.agent.perceive import PerceptionModels  # noqa: E402
-from m3jax.agent.writers import (LLMWriter, TemplateWriter, WriterOutputError, parse_writer_output,  # noqa: E402
-                                 read_adapter_card, writer_chat)
+from m3jax.agent.writers import (CONTRACT_KEYS, LLMWriter, TemplateWriter, WriterOutputError,  # noqa: E402
+                                 parse_writer_output, read_adapter_card, writer_chat)
 from m3jax.data.episodes import make_episode  # noqa: E402
 from m3jax.data.questions import HELDOUT_SEED_START  # noqa: E402
 from m3jax.memory.graph import MemoryGraph  # noqa: E402
-from m3jax.sft.writer_data import perceive_episode  # noqa: E402
+from m3jax.sft.writer_data import clip_target, perceive_episode  # noqa: E402
 from m3jax.sft.writer_metrics import ClipPeople, WriterScore, replay_graph, score_clip  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+WRITERS = ("template", "llm", "trained", "ceiling")
 
 
 def _recipe_episode():
@@ -68,10 +74,26 @@ class Recording:
     return self.last
 
 
-def write_episode(kind: str, backend, instruction: str | None, observations):
+class CeilingWriter:
+  """Writes each clip's SFT target: the gold memories its perception supports (see the module docstring)."""
+
+  def __init__(self, episode):
+    self.episode, self.spans = episode, utterance_spans(episode)
+
+  def write(self, observations):
+    out = []
+    for obs in observations:
+      target = clip_target(self.episode, obs, self.spans)
+      out.append(ClipMemories(tuple(target[CONTRACT_KEYS[0]]), tuple(target[CONTRACT_KEYS[1]])))
+    return out
+
+
+def write_episode(kind: str, backend, instruction: str | None, observations, episode=None):
   """(stored memories, raw memories, seconds, dropped) per clip of one episode, one clip at a time."""
   if kind == "template":
     writer = TemplateWriter()
+  elif kind == "ceiling":
+    writer = CeilingWriter(episode)
   else:
     writer = LLMWriter(backend, **({"instruction": instruction} if instruction else {}))
   out = []
@@ -97,7 +119,7 @@ def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--episodes", type=int, default=10, help="held-out episodes (seeds 1000000, 1000001, ...)")
   ap.add_argument("--adapter", default=None, help="a trained writer's adapter file (adds the trained writer)")
-  ap.add_argument("--writers", default=None, help="comma-separated subset of template,llm,trained")
+  ap.add_argument("--writers", default=None, help="comma-separated subset of template,llm,trained,ceiling")
   ap.add_argument("--llm", default="smollm2-135m-instruct", help="the untrained llm writer's LLM")
   ap.add_argument("--work", default="runs/writer_eval", help="rendered episodes + cached perception")
   ap.add_argument("--max-new-tokens", type=int, default=384)
@@ -107,8 +129,8 @@ def main() -> None:
   if args.episodes < 1:
     ap.error("--episodes must be >= 1")
   writers = args.writers.split(",") if args.writers else ["template", "llm"] + (["trained"] if args.adapter else [])
-  if any(w not in ("template", "llm", "trained") for w in writers) or ("trained" in writers and not args.adapter):
-    ap.error(f"--writers {args.writers!r}: choose from template,llm,trained (trained needs --adapter)")
+  if any(w not in WRITERS for w in writers) or ("trained" in writers and not args.adapter):
+    ap.error(f"--writers {args.writers!r}: choose from {','.join(WRITERS)} (trained needs --adapter)")
   base = _recipe_episode()
   models: list[PerceptionModels] = []
 
@@ -140,7 +162,7 @@ def main() -> None:
     questions += [dataclasses.replace(q, graph_index=len(graphs[writers[0]])) for q in episode_questions(ep)]
     for w in writers:
       backend, instruction = backends.get(w, (None, None))
-      written = write_episode(w, backend, instruction, seen.observations)
+      written = write_episode(w, backend, instruction, seen.observations, ep)
       for obs, (mem, raw, dt, n_dropped) in zip(seen.observations, written):
         score_clip(scores[w], ep.gold_memories[obs.clip], mem, raw, obs, ClipPeople.of(ep, obs, spans))
         scores[w].seconds += dt
@@ -166,14 +188,17 @@ def main() -> None:
 
   def fmt(w, value):
     return f"{value:.3f}" if w in scores else "n/a"
+
+  def recall(w):
+    return fmt(w, scores[w].recall if w in scores else 0)
   tr = scores.get("trained")
-  print(f"RESULT recall_trained={fmt('trained', tr.recall if tr else 0)} "
-        f"recall_template={fmt('template', scores['template'].recall if 'template' in scores else 0)} "
+  print(f"RESULT recall_trained={recall('trained')} recall_template={recall('template')} "
         f"precision_trained={fmt('trained', tr.precision if tr else 0)} "
         f"hallucinated_per_clip={fmt('trained', tr.hallucinated_per_clip if tr else 0)} "
         f"qa_trained_writer={fmt('trained', acc.get('trained', 0))} "
         f"qa_template_writer={fmt('template', acc.get('template', 0))} "
-        f"recall_llm={fmt('llm', scores['llm'].recall if 'llm' in scores else 0)} episodes={args.episodes} "
+        f"recall_llm={recall('llm')} recall_ceiling={recall('ceiling')} "
+        f"qa_ceiling_writer={fmt('ceiling', acc.get('ceiling', 0))} episodes={args.episodes} "
         f"qa_answerer={args.answerer}")
 
 
