@@ -112,8 +112,9 @@ def _m3_times(model, prompts, new: int, slots: int, best,
               split_layers: bool | None = None) -> tuple[float, float, float]:
   """(generate, prefill, decode step) seconds for greedy decoding of `new` tokens after `prompts` in a `slots`-slot
   cache. The step is the slope between generating `new` and `new // 2` tokens: (generate - prefill) / new would
-  also charge the step with whatever else one generate call costs beyond the separately timed prefill (zeroing a
-  4096-slot cache, ~1.5 GB at batch 8, is ~1 s of it on a 2-core AMD EPYC), which no further token pays."""
+  also charge the step with whatever else one generate call costs beyond the separately timed prefill, which no
+  further token pays (on a 2-core AMD EPYC a batch-8 call in a 4096-slot cache cost 1.2 s more than in a 384-slot
+  one beyond its steps, about half of it zeroing the ~1.5 GB cache; long_over_short read 1.60 that way, 1.27 as slopes)."""
   import jax
   import jax.numpy as jnp
 
