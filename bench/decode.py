@@ -114,7 +114,8 @@ def _m3_times(model, prompts, new: int, slots: int, best,
   cache. The step is the slope between generating `new` and `new // 2` tokens: (generate - prefill) / new would
   also charge the step with whatever else one generate call costs beyond the separately timed prefill, which no
   further token pays (on a 2-core AMD EPYC a batch-8 call in a 4096-slot cache cost 1.2 s more than in a 384-slot
-  one beyond its steps, about half of it zeroing the ~1.5 GB cache; long_over_short read 1.60 that way, 1.27 as slopes)."""
+  one beyond its steps, about half of it zeroing the ~1.5 GB cache; long_over_short read 1.60 that way, 1.27 as
+  slopes)."""
   import jax
   import jax.numpy as jnp
 

@@ -7,11 +7,11 @@
 
 Each held-out episode (seeds from 1_000_000, never trained on) is rendered and perceived for real once (faces,
 voices, Whisper; cached in --work, `writer_data.perceive_episode`); every writer then writes the memories of the
-same observations. Writers: `template` (the default), `llm` (the untrained base), `trained` (`--adapter`) and `ceiling`, which writes
-each clip's SFT target (`writer_data.clip_target`: the gold memories kept where the clip's perception supports
-them, with the perceived ids). No writer that invents nothing can do better than `ceiling`, so its recall bounds
-what perception allows: a gold fact perception missed (an undetected face, a misheard value, a voice confused
-with another's) is lost to every honest writer. Per writer:
+same observations. Writers: `template` (the default), `llm` (the untrained base), `trained` (`--adapter`) and
+`ceiling`, which writes each clip's SFT target (`writer_data.clip_target`: the gold memories kept where the clip's
+perception supports them, with the perceived ids). No writer that invents nothing can do better than `ceiling`, so
+its recall bounds what perception allows: a gold fact perception missed (an undetected face, a misheard value, a
+voice confused with another's) is lost to every honest writer. Per writer:
   recall      gold memories (the script's, `Episode.gold_memories`) matched by a written one: same people
               through the clip's perception, same content words (`m3jax.sft.writer_metrics`);
   precision   stored memories (after the writer's validation) that match some gold memory;
@@ -25,7 +25,8 @@ with another's) is lost to every honest writer. Per writer:
               writer's memories (`writer_metrics.replay_graph`), by `--answerer`: the shipped trained controller
               (the product's answerer, the default) or the rules baseline; one answerer for every writer.
 Final line: RESULT recall_trained=… recall_template=… precision_trained=… hallucinated_per_clip=… (the trained
-writer's) qa_trained_writer=… qa_template_writer=… (n/a without --adapter) … recall_ceiling=… qa_ceiling_writer=…
+writer's) qa_trained_writer=… qa_template_writer=… (n/a without --adapter) … recall_ceiling=…
+qa_ceiling_writer=…
 """
 
 from __future__ import annotations
