@@ -1,0 +1,20 @@
+"""No runtime command imports torch (a test-only dependency): tests/no_torch_paths.py runs each of them in a
+subprocess whose site-packages lacks torch, with an empty m3jax cache."""
+
+import pathlib
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+
+pytestmark = pytest.mark.slow
+SCRIPT = pathlib.Path(__file__).with_name("no_torch_paths.py")
+
+
+def test_every_runtime_command_runs_where_torch_is_not_installed(tmp_path):
+  out = subprocess.run([sys.executable, "-S", str(SCRIPT), str(tmp_path), sysconfig.get_paths()["purelib"]],
+                       capture_output=True, text=True, timeout=1500)
+  assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:]
+  assert "all runtime paths ran without torch" in out.stdout
+  assert "Traceback" not in out.stderr and "PyTorch was not found" not in out.stderr, out.stderr[-3000:]
