@@ -98,7 +98,5 @@ shift || true
 case "$mode" in
   # --durations: the slowest tests show in every run's log (CI's time budget)
   test) cd "$ROOT" && exec "$VENV/bin/python" -m pytest --durations=25 "$@" ;;
-  # transformers (tokenizers only, here) advises at import that torch is missing: torch is test-only by design
-  *)    export TRANSFORMERS_NO_ADVISORY_WARNINGS=${TRANSFORMERS_NO_ADVISORY_WARNINGS:-1}
-        exec "$VENV/bin/python" -P -m m3jax.cli "$mode" "$@" ;;  # -P: a caller's ./m3jax cannot shadow the package
+  *)    exec "$VENV/bin/python" -P -m m3jax.cli "$mode" "$@" ;;  # -P: a caller's ./m3jax cannot shadow the package
 esac
