@@ -42,7 +42,9 @@ if [ "$mode" = lock ]; then
   { $PY -m venv "$tool" && "$tool/bin/python" -m pip install -q uv==0.13.9; } >"$tool.log" 2>&1 \
     || { echo "m3: FAILED: installing uv; pip's last lines:" >&2; tail -n 25 "$tool.log" >&2; exit 1; }
   # the CPU torch wheel's metadata (no CUDA packages) must be what the test lock resolves against
-  torch_links=${M3JAX_TORCH_WHEELS:-/opt/wheels}; [ -d "$torch_links" ] || torch_links=https://download.pytorch.org/whl/cpu/torch/
+  torch_links=${M3JAX_TORCH_WHEELS:-/opt/wheels}
+  [ -d "$torch_links" ] || { echo "m3: FAILED: no CPU torch wheel folder at $torch_links (set M3JAX_TORCH_WHEELS)" >&2
+                              exit 1; }
   uvc() { "$tool/bin/uv" pip compile -q --generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
             --custom-compile-command "./m3 lock" "$@"; }
   cd "$ROOT"
