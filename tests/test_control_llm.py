@@ -15,7 +15,6 @@ from m3jax.memory.fixture_embedder import HashedBowEmbedder
 from m3jax.memory.search import MemorySearcher, SearchConfig
 from m3jax.memory.reference_pickle import load_reference_pickle
 from m3jax.models.decoder import Decoder, DecoderConfig
-from m3jax.models.llm import load_llm
 from m3jax.engine.sampling import Sampler, SamplingConfig
 from m3jax.models.tokenizer import load_tokenizer
 from m3jax.models.weights.gguf import smollm2_path
@@ -81,11 +80,6 @@ def test_kv_continuation_matches_reprefill_and_records_the_conversation(tokenize
     expected = prompts.render_chatml(messages) + traj.rounds[-1].text
     assert tokenizer.decode(traj.token_ids.tolist(), skip_special_tokens=False) == expected
     assert int(traj.generated.sum()) == sum(r.num_generated for r in traj.rounds) == 8
-
-
-@pytest.fixture(scope="module")
-def smollm2():
-  return load_llm()
 
 
 def test_smollm2_end_to_end_smoke(smollm2, searcher):
