@@ -368,3 +368,13 @@ def test_render_writes_faces_and_speech(tmp_path):
     return float(np.sqrt(np.mean(seg.astype(np.float64) ** 2)))
   for u in utts:
     assert rms(u["start"] + 0.2, u["end"] - 0.2) > 20 * rms(u["end"] + 0.1, u["end"] + 0.4) + 1e-4
+
+
+def test_sft_data_sources_refuse_test_seeds(tmp_path):
+  """The Omni SFT and text-writer data sources refuse test seeds before rendering anything."""
+  from m3jax.sft import data as sft_data, writer_data
+  with pytest.raises(ValueError, match="test seeds"):
+    sft_data.episode_source([1, TEST_SEED_START], tmp_path, EpisodeConfig())
+  with pytest.raises(ValueError, match="test seeds"):
+    writer_data.episode_pairs([TEST_SEED_START + 1], tmp_path, EpisodeConfig())
+  assert not list(tmp_path.iterdir())
