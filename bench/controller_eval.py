@@ -1,28 +1,36 @@
-"""Controller evaluation on held-out memory-QA questions (issue 19, part 4): trained vs rules vs untrained.
+"""Controller evaluation on dev or test memory-QA questions (issues 19 and 41): trained vs rules vs untrained.
 
-  python bench/controller_eval.py                        # 96 held-out questions + the demo's perception-built
-                                                         # memory; the shipped controller, rules and untrained
-  python bench/controller_eval.py --n 16 --answerers rules,untrained --tasks heldout
+  python bench/controller_eval.py --split test          # the final evaluation: test seeds, phrasings and family
+  python bench/controller_eval.py                       # dev (the old held-out set: curves and choices use it)
+  python bench/controller_eval.py --n 16 --answerers rules,untrained --tasks gold
   python bench/controller_eval.py --adapter runs/rl_controller/adapter.npz   # another trained adapter
 
-Questions come from held-out episodes only (seeds >= HELDOUT_SEED_START: unseen graphs, the held-out phrasings
-and the held-out family, see m3jax.data.questions), over gold-memory graphs built the way `train.py rl` builds
-its task (`memory_qa.make_task`), embedded with MiniLM as the product's memories are. The second table is the
-demo episode memorized end to end (rendered video -> faces, voices, Whisper -> template writer -> graph), asked
-its own questions. Every answerer is judged by the same two judges: `contains` (the RL reward's rule) and `llm`
-(the reference's entailment prompt on the frozen SmolLM2-135M). A decline is an answer the `contains` judge
-accepts against NOT_IN_MEMORY; it is correct on an unanswerable question and a false decline on an answerable
-one. Per answerer: accuracy overall and per type, declines, rounds / searches / format errors and seconds per
-question. The rules answerer has no rounds: it counts the searches it runs.
-Final line: RESULT trained=… rules=… untrained=… n=… trained_llm_judge=… rules_llm_judge=…
-llm_judge_false_accept=… demo_trained=… demo_rules=… (NA where an answerer did not run). The llm judge's
-false-acceptance rate (mismatched answer/truth pairs it accepts, see `score`) says how far its column can be
-trusted: the embedded 135M judge accepted every answer of both answerers.
-"""
+Questions come from one split's episodes only (`m3jax.data.questions`): `--split dev` the 96 family-balanced
+questions every dev number was measured on (seeds >= HELDOUT_SEED_START, the dev phrasings and the held-out
+family), `--split test` questions of seeds >= TEST_SEED_START, asked in the two test phrasings per family no train
+or dev episode asks, with the test-only family besides. They are asked over gold-memory graphs built the way
+`train.py rl` builds its task (`memory_qa.make_task`), embedded with MiniLM as the product's memories are. The
+second table (`demo`, the perception-memory fields) is one episode memorized end to end (rendered video -> faces,
+voices, Whisper -> template writer -> graph), asked its own questions: under dev the demo's episode (seed 0, a
+training episode: only comparable with older numbers), under test the first test episode in the demo's shape.
 
+Every answerer is judged by the `strict` judge first (the truth in the answer's first sentence, no other candidate
+of the slot, declines alone; the RL reward's default) and by `contains` beside it (the older numbers' judge), and
+optionally by `llm` (the reference's entailment prompt on the frozen SmolLM2-135M, with its false-acceptance rate
+on mismatched pairs). Each accuracy comes with its 95% Wilson interval, each comparison (trained − rules, trained −
+untrained) with a paired bootstrap interval over the same questions (`m3jax.eval_stats`). Per answerer also
+declines, rounds / searches / format errors and seconds per question (the rules answerer has no rounds: it counts
+the searches it runs). `--records` gets one JSON line per question and answerer: question, truth, answer, both
+verdicts, the trajectory's searches, rounds and seconds, so any number can be checked.
+Final line: RESULT trained=… trained_lo=… trained_hi=… rules=… untrained=… diff_rules=… diff_rules_lo=…
+diff_rules_hi=… n=… (then rules_lo/hi, diff_untrained…, the contains and llm columns, demo_trained=… demo_rules=…
+demo_untrained=… demo_n=…, split=…) judge=strict; NA where an answerer did not run.
+"""
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import pathlib
 import subprocess
@@ -37,28 +45,40 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from m3jax.agent.control import Question  # noqa: E402
 from m3jax.agent.judges import JudgeItem, RuleJudge, make_judge, score_answers  # noqa: E402
 from m3jax.data.episodes import QUESTION_TYPES, make_episode  # noqa: E402
-from m3jax.data.memory_qa import heldout_questions, make_task  # noqa: E402
-from m3jax.data.questions import HELDOUT_SEED_START  # noqa: E402
+from m3jax.data.memory_qa import make_task, split_questions  # noqa: E402
+from m3jax.data.questions import HELDOUT_SEED_START, TEST_SEED_START  # noqa: E402
 from m3jax.eval import make_embedder  # noqa: E402
+from m3jax.eval_stats import accuracy_interval, paired_bootstrap  # noqa: E402
 
-JUDGE = RuleJudge("contains")
+STRICT, CONTAINS = RuleJudge("strict"), RuleJudge("contains")
+JUDGE = CONTAINS  # what filters the llm judge's mismatched pairs
+PAIRS = (("trained", "rules"), ("trained", "untrained"))  # (a, b): a − b with a paired interval
+
+
+def split_task(n: int, split: str, embed, dim: int):
+  """`n` family-balanced questions of `split` (`memory_qa.split_questions`) and the graphs of every episode drawn."""
+  seeds, records = split_questions(n, split)
+  graphs, _ = make_task(seeds, embed, dim, split=split)
+  return graphs, records
 
 
 def heldout_task(n: int, embed, dim: int, first_seed: int = HELDOUT_SEED_START):
-  """`n` family-balanced held-out questions (`memory_qa.heldout_questions`) and the graphs of every episode drawn."""
-  seeds, records = heldout_questions(n, first_seed)
-  graphs, _ = make_task(seeds, embed, dim, split="heldout")
+  """The dev split's `split_task` from `first_seed` (its old name; bench/continuous_batching.py asks with it)."""
+  seeds, records = split_questions(n, "dev", first_seed)
+  graphs, _ = make_task(seeds, embed, dim, split="dev")
   return graphs, records
 
 
 class CountingSearcher:
-  """Wraps a searcher to count the requests an answerer sends (the rules answerer's searches)."""
+  """Wraps a searcher to count and log the requests an answerer sends (the rules answerer's searches); `log` may
+  be shared by several searchers."""
 
-  def __init__(self, inner):
-    self.inner, self.requests = inner, 0
+  def __init__(self, inner, log: list | None = None):
+    self.inner, self.requests, self.log = inner, 0, [] if log is None else log
 
   def search(self, requests):
     self.requests += len(requests)
+    self.log.extend(getattr(r, "query", str(r)) for r in requests)
     return self.inner.search(requests)
 
 
@@ -71,27 +91,40 @@ def run_answerer(kind: str, graphs, records, embed, base: str, adapter: str | No
   answerer = make_answerer(kind, graphs, embed, base, adapter)
   if kind != "rules":  # continuous batching: a batch's KV cache grows with rows x context (96 prompted 5-round
     answerer.slots = slots  # rows in one static batch took 14 GB), so the questions share `slots` rows
-  if kind == "rules":
-    answerer.searcher, answerer.names_searcher = (CountingSearcher(answerer.searcher),
-                                                  CountingSearcher(answerer.names_searcher))
-    answers = answerer.answer(questions)
-    stats = {"rounds": 1.0, "searches": (answerer.searcher.requests + answerer.names_searcher.requests) / len(records),
-             "format_errors": 0.0}
+  if kind == "rules":  # one question at a time: its own searches and seconds
+    log: list[str] = []
+    answerer.searcher, answerer.names_searcher = (CountingSearcher(answerer.searcher, log),
+                                                  CountingSearcher(answerer.names_searcher, log))
+    answers, details = [], []
+    for q in questions:
+      start, t1 = len(log), time.perf_counter()
+      answers += answerer.answer([q])
+      details.append({"searches": log[start:], "rounds": 1, "seconds": round(time.perf_counter() - t1, 4)})
+    stats = {"rounds": 1.0, "searches": len(log) / len(records), "format_errors": 0.0}
   else:
     answers = answerer.answer(questions)
     trajs = answerer.trajectories
     stats = {"rounds": sum(len(t.rounds) for t in trajs) / len(trajs),
              "searches": sum(t.num_searches for t in trajs) / len(trajs),
              "format_errors": sum(r.action == "format_error" for t in trajs for r in t.rounds) / len(trajs)}
+    # continuous batching answers the questions together: a question's seconds are the batch's mean
+    each = round((time.perf_counter() - t0) / len(records), 4)
+    details = [{"searches": [r.content for r in t.rounds if r.action == "search"], "rounds": len(t.rounds),
+                "seconds": each} for t in trajs]
   stats["seconds"] = (time.perf_counter() - t0) / len(records)
-  return answers, stats
+  return answers, stats, details
 
 
 def score(records, answers, llm_judge) -> dict:
-  """Both judges. The llm judge is also asked about mismatched pairs (each answer against the next question's
-  truth, where the `contains` judge rejects it): the share it accepts there is its false-acceptance rate, so a
-  judge that says "yes" to everything shows as such instead of as a high accuracy."""
-  out = score_answers(JUDGE, records, answers)
+  """The strict judge (`accuracy`, `correct`, per type, declines), `contains` beside it, each accuracy with its
+  95% Wilson interval, and the llm judge when given. The llm judge is also asked about mismatched pairs (each
+  answer against the next question's truth, where the `contains` judge rejects it): the share it accepts there is
+  its false-acceptance rate, so a judge that says "yes" to everything shows as such instead of as a high accuracy."""
+  out = score_answers(STRICT, records, answers)
+  contains = score_answers(CONTAINS, records, answers)
+  out["contains"], out["contains_correct"] = contains["accuracy"], contains["correct"]
+  _, out["accuracy_lo"], out["accuracy_hi"] = accuracy_interval(out["correct"])
+  _, out["contains_lo"], out["contains_hi"] = accuracy_interval(out["contains_correct"])
   if llm_judge is not None:
     verdicts = llm_judge.judge([JudgeItem(r.question, r.answer, a) for r, a in zip(records, answers)])
     out["llm_judge"] = sum(v.correct for v in verdicts) / len(records)
@@ -106,20 +139,45 @@ def report(kind: str, s: dict, records, answers) -> None:
   llm = f", llm judge {s['llm_judge']:.3f}" if "llm_judge" in s else ""
   if "llm_judge_false_accept" in s:
     llm += f" (it accepts {s['llm_judge_false_accept']:.3f} of mismatched answers)"
-  print(f"[{kind}] accuracy {s['accuracy']:.3f}{llm}; correct declines {s['correct_declines'][0]}/"
+  print(f"[{kind}] strict {s['accuracy']:.3f} [{s['accuracy_lo']:.3f}, {s['accuracy_hi']:.3f}], contains "
+        f"{s['contains']:.3f} [{s['contains_lo']:.3f}, {s['contains_hi']:.3f}]{llm}; correct declines "
+        f"{s['correct_declines'][0]}/"
         f"{s['correct_declines'][1]}, false declines {s['false_declines'][0]}/{s['false_declines'][1]}; per question: "
         f"{s['rounds']:.2f} rounds, {s['searches']:.2f} searches, {s['format_errors']:.2f} format errors, "
         f"{s['seconds']:.2f} s", flush=True)
   for t in QUESTION_TYPES:
     if t in s["per_type"]:
       h, n = s["per_type"][t]
-      print(f"  {t:32s} {h / n:.3f}  ({h}/{n})")
+      print(f"  {t:32s} {h / n:.3f}  ({h}/{n}, strict)")
   for r, a in list(zip(records, answers))[:3]:
     print(f"  e.g. {r.question} | truth: {r.answer} | answer: {a[:100]!r}")
 
 
-def demo_task(out_dir: pathlib.Path):
-  """The demo episode memorized end to end (resuming in `out_dir`): (graphs, records, embedder)."""
+def paired_differences(results: dict, task: str) -> dict:
+  """a − b for each pair of `PAIRS` that ran on `task`, under both judges, with paired bootstrap intervals."""
+  out = {}
+  for a, b in PAIRS:
+    if (task, a) in results and (task, b) in results:
+      for judge, key in (("strict", "correct"), ("contains", "contains_correct")):
+        out[b, judge] = paired_bootstrap(results[task, a][key], results[task, b][key])
+      d, lo, hi = out[b, "strict"]
+      dc, loc, hic = out[b, "contains"]
+      print(f"[{task}] {a} − {b}: strict {d:+.3f} [{lo:+.3f}, {hi:+.3f}], contains {dc:+.3f} [{loc:+.3f}, "
+            f"{hic:+.3f}] (paired bootstrap, 95%)", flush=True)
+  return out
+
+
+def question_records(task: str, split: str, kind: str, records, answers, s: dict, details) -> list[dict]:
+  """One JSON-able record per question: what a reader needs to check any number."""
+  return [{"task": task, "split": split, "answerer": kind, "question_id": r.question_id, "family": r.family,
+           "question": r.question, "truth": r.answer, "answer": a, "strict": bool(st), "contains": bool(ct),
+           "unanswerable": bool(r.unanswerable), **d}
+          for r, a, st, ct, d in zip(records, answers, s["correct"], s["contains_correct"], details)]
+
+
+def demo_task(out_dir: pathlib.Path, seed: int | None = None):
+  """The demo episode (or episode `seed` in the demo's shape) memorized end to end (resuming in `out_dir`):
+  (graphs, records, embedder)."""
   from m3jax.agent.demo import DemoConfig, episode_questions
   from m3jax.agent.memorize import Memorizer, load_memory
   from m3jax.agent.perceive import PerceptionModels
@@ -127,17 +185,18 @@ def demo_task(out_dir: pathlib.Path):
   from m3jax.data.memory_qa import QARecord
 
   cfg = DemoConfig()
-  ep = make_episode(cfg.episode)
+  ep = make_episode(cfg.episode if seed is None else dataclasses.replace(cfg.episode, seed=seed))
   video = out_dir / f"{ep.id}.mp4"
   if not video.exists():
     render_episode(ep, out_dir)
   models = PerceptionModels.load(cfg.memorize.perception.face_upsample)
   Memorizer(out_dir / f"{ep.id}_memory", cfg.memorize, models=models).memorize(video, progress=False)
   graph = load_memory(out_dir / f"{ep.id}_memory")
-  unanswerable = {q["question_id"]: q["unanswerable"] for q in ep.qa_list}
+  qa = {q["question_id"]: q for q in ep.qa_list}
   records = [QARecord(question_id=q.question_id, question=q.question, answer=q.answer, memory_id=0,
-                      before_clip=q.before_clip, types=q.question_types, family="demo",
-                      unanswerable=unanswerable[q.question_id]) for q in episode_questions(ep)]
+                      before_clip=q.before_clip, types=q.question_types, family=qa[q.question_id]["family"],
+                      unanswerable=qa[q.question_id]["unanswerable"],
+                      distractors=tuple(qa[q.question_id]["distractors"])) for q in episode_questions(ep)]
   return [graph], records, models.text
 
 
@@ -151,55 +210,94 @@ def machine() -> str:
   return f"cpu: {cpu}, {os.cpu_count()} cores; load average {load}"
 
 
+def result_line(results: dict, diffs: dict, n: int, split: str) -> str:
+  """The RESULT line: the strict judge's numbers with their intervals first, then the other columns."""
+  def fmt(task, kind, key="accuracy"):
+    return f"{results[task, kind][key]:.3f}" if (task, kind) in results and key in results[task, kind] else "NA"
+
+  def diff(task, b, i=0, judge="strict"):
+    return f"{diffs[task][b, judge][i]:.3f}" if (b, judge) in diffs.get(task, {}) else "NA"
+  g = "gold"
+  fields = [("trained", fmt(g, "trained")), ("trained_lo", fmt(g, "trained", "accuracy_lo")),
+            ("trained_hi", fmt(g, "trained", "accuracy_hi")), ("rules", fmt(g, "rules")),
+            ("untrained", fmt(g, "untrained")), ("diff_rules", diff(g, "rules")),
+            ("diff_rules_lo", diff(g, "rules", 1)),
+            ("diff_rules_hi", diff(g, "rules", 2)), ("n", str(n)),
+            ("rules_lo", fmt(g, "rules", "accuracy_lo")), ("rules_hi", fmt(g, "rules", "accuracy_hi")),
+            ("diff_untrained", diff(g, "untrained")), ("diff_untrained_lo", diff(g, "untrained", 1)),
+            ("diff_untrained_hi", diff(g, "untrained", 2)),
+            ("trained_contains", fmt(g, "trained", "contains")), ("rules_contains", fmt(g, "rules", "contains")),
+            ("untrained_contains", fmt(g, "untrained", "contains")),
+            ("diff_rules_contains", diff(g, "rules", 0, "contains")),
+            ("trained_llm_judge", fmt(g, "trained", "llm_judge")), ("rules_llm_judge", fmt(g, "rules", "llm_judge")),
+            ("llm_judge_false_accept", fmt(g, "rules", "llm_judge_false_accept")),
+            ("demo_trained", fmt("demo", "trained")), ("demo_rules", fmt("demo", "rules")),
+            ("demo_untrained", fmt("demo", "untrained")), ("demo_diff_rules", diff("demo", "rules")),
+            ("demo_diff_rules_lo", diff("demo", "rules", 1)), ("demo_diff_rules_hi", diff("demo", "rules", 2)),
+            ("demo_trained_contains", fmt("demo", "trained", "contains")),
+            ("demo_rules_contains", fmt("demo", "rules", "contains")),
+            ("demo_n", str(results.get("demo_n", 0))), ("split", split), ("judge", "strict")]
+  return "RESULT " + " ".join(f"{k}={v}" for k, v in fields)
+
+
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  ap.add_argument("--n", type=int, default=96, help="held-out questions (the issue asks for >= 96)")
+  ap.add_argument("--split", default="dev", choices=("dev", "test"),
+                  help="dev: the old held-out set (curves and choices); test: the final evaluation")
+  ap.add_argument("--n", type=int, default=96, help="gold-graph questions (issue 41 asks >= 300 on test)")
   ap.add_argument("--answerers", default="trained,rules,untrained", help="comma list of trained, rules, untrained")
   ap.add_argument("--adapter", default=None, help="the trained controller's LoRA adapter file (default: the shipped "
                                                   "one; adds `trained`)")
   ap.add_argument("--base", default="smollm2-135m-instruct", help="the base model (trained and untrained)")
   ap.add_argument("--embedder", default="minilm", help="as train.py rl: minilm, hashed or *.embedder.json")
   ap.add_argument("--no-llm-judge", action="store_true", help="skip the llm judge column")
-  ap.add_argument("--tasks", default="heldout,demo", help="comma list of heldout (gold-memory graphs), demo")
+  ap.add_argument("--tasks", default="gold,demo", help="comma list of gold (gold-memory graphs; heldout is its old "
+                                                       "name), demo (one episode memorized end to end)")
   ap.add_argument("--slots", type=int, default=24, help="controller KV-cache rows (continuous batching)")
   ap.add_argument("--demo-dir", default="runs/controller_eval_demo", help="where the demo episode is memorized")
+  ap.add_argument("--records", default=None, help="per-question JSONL (default runs/controller_eval/<split>.jsonl)")
   args = ap.parse_args()
   kinds = [k for k in args.answerers.split(",") if k]
   if args.adapter and "trained" not in kinds:
     kinds.insert(0, "trained")
-  tasks = [t for t in args.tasks.split(",") if t]
+  tasks = ["gold" if t == "heldout" else t for t in args.tasks.split(",") if t]
   bad = [k for k in kinds if k not in ("rules", "untrained", "trained")] + [t for t in tasks
-                                                                            if t not in ("heldout", "demo")]
+                                                                            if t not in ("gold", "demo")]
   if bad or not tasks or args.n < 1 or args.slots < 1 or (args.adapter and not pathlib.Path(args.adapter).is_file()):
     sys.exit(f"controller_eval: answerers must be rules/untrained/trained, an --adapter must be a file, "
-             f"tasks heldout/demo, n and slots >= 1; got {args.answerers!r}, {args.tasks!r}, adapter={args.adapter!r}, "
+             f"tasks gold/demo, n and slots >= 1; got {args.answerers!r}, {args.tasks!r}, adapter={args.adapter!r}, "
              f"n={args.n}, slots={args.slots}")
+  out_path = pathlib.Path(args.records or f"runs/controller_eval/{args.split}.jsonl")
+  out_path.parent.mkdir(parents=True, exist_ok=True)
 
   print(machine(), flush=True)
+  print(f"split {args.split}; judge strict (contains beside it); intervals 95% (Wilson; paired bootstrap for "
+        f"differences); per-question records -> {out_path}", flush=True)
   embed = make_embedder(args.embedder)
   dim = int(np.asarray(embed(["x"])).shape[-1])
   llm_judge = None if args.no_llm_judge else make_judge("llm", args.base)
-  tasks = {t: heldout_task(args.n, embed, dim) + (embed,) if t == "heldout" else demo_task(pathlib.Path(args.demo_dir))
-           for t in tasks}
-  results = {}
-  for task, (graphs, records, task_embed) in tasks.items():
-    fams = Counter(r.family for r in records)
-    print(f"== {task}: {len(records)} questions from {len(graphs)} memories ({sum(r.unanswerable for r in records)} "
-          f"unanswerable); families: {dict(sorted(fams.items()))}", flush=True)
-    for kind in kinds:
-      answers, stats = run_answerer(kind, graphs, records, task_embed, args.base, args.adapter, args.slots)
-      # the llm judge for the two answerers the RESULT line compares (the untrained base rarely answers at all)
-      s = results[task, kind] = {**score(records, answers, llm_judge if kind != "untrained" else None), **stats}
-      report(kind, s, records, answers)
-  n = len(tasks["heldout"][1]) if "heldout" in tasks else 0
-
-  def fmt(task, kind, key="accuracy"):
-    return f"{results[task, kind][key]:.3f}" if (task, kind) in results and key in results[task, kind] else "NA"
-  print(f"RESULT trained={fmt('heldout', 'trained')} rules={fmt('heldout', 'rules')} "
-        f"untrained={fmt('heldout', 'untrained')} n={n} trained_llm_judge={fmt('heldout', 'trained', 'llm_judge')} "
-        f"rules_llm_judge={fmt('heldout', 'rules', 'llm_judge')} "
-        f"llm_judge_false_accept={fmt('heldout', 'rules', 'llm_judge_false_accept')} demo_trained={fmt('demo', 'trained')} "
-        f"demo_rules={fmt('demo', 'rules')} demo_untrained={fmt('demo', 'untrained')}")
+  # under dev the demo's own episode (seed 0, a training episode); under test the first test episode in its shape
+  demo_seed = TEST_SEED_START if args.split == "test" else None
+  tasks = {t: split_task(args.n, args.split, embed, dim) + (embed,) if t == "gold"
+           else demo_task(pathlib.Path(args.demo_dir), demo_seed) for t in tasks}
+  results: dict = {}
+  diffs: dict = {}
+  with out_path.open("w") as out:
+    for task, (graphs, records, task_embed) in tasks.items():
+      fams = Counter(r.family for r in records)
+      print(f"== {task}: {len(records)} questions from {len(graphs)} memories ({sum(r.unanswerable for r in records)} "
+            f"unanswerable); families: {dict(sorted(fams.items()))}", flush=True)
+      for kind in kinds:
+        answers, stats, details = run_answerer(kind, graphs, records, task_embed, args.base, args.adapter, args.slots)
+        # the llm judge for the two answerers the RESULT line compares (the untrained base rarely answers at all)
+        s = results[task, kind] = {**score(records, answers, llm_judge if kind != "untrained" else None), **stats}
+        report(kind, s, records, answers)
+        for line in question_records(task, args.split, kind, records, answers, s, details):
+          out.write(json.dumps(line) + "\n")
+        out.flush()
+      diffs[task] = paired_differences(results, task)
+  results["demo_n"] = len(tasks["demo"][1]) if "demo" in tasks else 0
+  print(result_line(results, diffs, len(tasks["gold"][1]) if "gold" in tasks else 0, args.split))
 
 
 if __name__ == "__main__":

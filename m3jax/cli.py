@@ -234,7 +234,7 @@ def add_eval(sub) -> None:
                  help="rules (default without --config): deterministic retrieval answers; llm: the control loop on "
                       "--llm as prompted; trained: with a controller adapter (--set adapter=FILE)")
   p.add_argument("--llm", default=None, help="the controller's base model (default smollm2-135m-instruct)")
-  p.add_argument("--judge", default=None, help="llm|http|exact|contains|f1|choice (default without --config: "
+  p.add_argument("--judge", default=None, help="llm|http|exact|contains|strict|f1|choice (default without --config: "
                                                "contains)")
   p.add_argument("--limit", type=int, default=None, help="evaluate only the first N (>= 1) questions")
   p.add_argument("--output", default=None, help="results JSONL (default: ANNOTATIONS_STEM.ANSWERER.jsonl beside "

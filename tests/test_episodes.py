@@ -15,8 +15,9 @@ import pytest
 from m3jax.data.episode_render import render_episode
 from m3jax.data.episodes import (JOBS, NAMES, QUESTION_TYPES, RULE_ITEMS, EpisodeConfig, make_episode,
                                  render_gold)
-from m3jax.data.questions import (FAMILIES, HELDOUT_FAMILY, HELDOUT_SEED_START, NOT_IN_MEMORY, TRAIN_PHRASINGS,
-                                  check_split, phrasing_pool, split_of)
+from m3jax.data.questions import (DEV_PHRASINGS, FAMILIES, HELDOUT_FAMILY, HELDOUT_SEED_START, NOT_IN_MEMORY,
+                                  TEST_FAMILY, TEST_SEED_START, TRAIN_PHRASINGS, check_split, phrasing_pool,
+                                  refuse_test_seeds, split_of)
 
 
 def _as_json(ep) -> str:
@@ -25,7 +26,8 @@ def _as_json(ep) -> str:
 
 def test_same_seed_same_episode_whatever_hash_seed():
   """30 episodes per split (6 clips, 3 people: shared objects, moves, comparisons all occur) in two processes."""
-  seeds = [*range(30), *range(HELDOUT_SEED_START, HELDOUT_SEED_START + 30)]
+  seeds = [*range(30), *range(HELDOUT_SEED_START, HELDOUT_SEED_START + 30),
+           *range(TEST_SEED_START, TEST_SEED_START + 30)]
   code = ("import json; from m3jax.data.episodes import *; "
           f"eps = [make_episode(EpisodeConfig(seed=s, num_clips=6, num_characters=3)) for s in {seeds}]; "
           "print(json.dumps([ep.annotations('v.mp4', 'm') for ep in eps], sort_keys=True))")
@@ -64,14 +66,15 @@ def test_annotations_follow_the_script():
 
 # ------------------------------------------------------------------------------ families, phrasings, splits
 TRAIN_SEEDS = range(0, 150)
-HELDOUT_SEEDS = range(HELDOUT_SEED_START, HELDOUT_SEED_START + 150)
+HELDOUT_SEEDS = range(HELDOUT_SEED_START, HELDOUT_SEED_START + 150)  # the dev split
+TEST_SEEDS = range(TEST_SEED_START, TEST_SEED_START + 150)
 
 
 @pytest.fixture(scope="module")
 def episodes():
-  """150 training and 150 held-out episodes of the RL task's default size (3 clips, 2 people)."""
+  """150 training, 150 dev ("heldout") and 150 test episodes of the RL task's default size (3 clips, 2 people)."""
   return {split: [make_episode(EpisodeConfig(seed=s)) for s in seeds]
-          for split, seeds in (("train", TRAIN_SEEDS), ("heldout", HELDOUT_SEEDS))}
+          for split, seeds in (("train", TRAIN_SEEDS), ("heldout", HELDOUT_SEEDS), ("test", TEST_SEEDS))}
 
 
 def _template_re(template: str) -> re.Pattern:
@@ -83,7 +86,8 @@ def test_every_family_has_five_distinct_phrasings_and_a_type():
   for name, fam in FAMILIES.items():
     assert len(set(fam.phrasings)) == len(fam.phrasings) >= 5, name
     assert fam.types and set(fam.types) <= set(QUESTION_TYPES)
-    assert len(phrasing_pool(name, "heldout")) >= 1
+    assert len(phrasing_pool(name, "heldout")) >= 1 or name == TEST_FAMILY
+    assert len(phrasing_pool(name, "test")) >= 2
   for t in QUESTION_TYPES:  # several families per type
     assert sum(t in f.types for f in FAMILIES.values()) >= 3, t
 
@@ -91,34 +95,94 @@ def test_every_family_has_five_distinct_phrasings_and_a_type():
 def test_heldout_phrasings_and_family_never_appear_in_training(episodes):
   heldout_templates = [(f, _template_re(FAMILIES[f].phrasings[i]))
                        for f in FAMILIES for i in phrasing_pool(f, "heldout")]
-  seen = {"train": set(), "heldout": set()}
+  seen = {"train": set(), "heldout": set(), "test": set()}
   for split, eps in episodes.items():
     for ep in eps:
       for q in ep.qa_list:
         seen[split].add((q["family"], q["phrasing"]))
-        assert q["heldout"] == (split == "heldout")
+        assert q["heldout"] == (split != "train")
         assert q["phrasing"] in phrasing_pool(q["family"], split), q
         assert _template_re(FAMILIES[q["family"]].phrasings[q["phrasing"]]).match(q["question"]), q
         if split == "train":  # by the text itself, not only by its label
-          assert q["family"] != HELDOUT_FAMILY
+          assert q["family"] not in (HELDOUT_FAMILY, TEST_FAMILY)
           assert not [f for f, r in heldout_templates if r.match(q["question"])], q
   assert not seen["train"] & seen["heldout"]
   assert {f for f, _ in seen["heldout"]} >= {HELDOUT_FAMILY}
   # training sees most of its (family, phrasing) pairs over 150 episodes, so the split is not vacuous
-  assert len(seen["train"]) >= 0.9 * TRAIN_PHRASINGS * (len(FAMILIES) - 1)
+  assert len(seen["train"]) >= 0.9 * TRAIN_PHRASINGS * (len(FAMILIES) - 2)
+
+
+def test_test_phrasings_and_family_reach_neither_train_nor_dev(episodes):
+  """Test questions are asked in phrasings and a family no train or dev episode asks, by label and by text: no
+  test question matches a train or dev template and no train or dev question matches a test one."""
+  def templates(split):
+    return [_template_re(FAMILIES[f].phrasings[i]) for f in FAMILIES for i in phrasing_pool(f, split)]
+  early = templates("train") + templates("dev")
+  test = [_template_re(FAMILIES[f].phrasings[i]) for f in FAMILIES for i in phrasing_pool(f, "test")
+          if f == TEST_FAMILY or i >= DEV_PHRASINGS]
+  seen = {split: {(q["family"], q["phrasing"]) for ep in eps for q in ep.qa_list} for split, eps in episodes.items()}
+  assert not seen["test"] & (seen["train"] | seen["heldout"])
+  assert TEST_FAMILY not in {f for split in ("train", "heldout") for f, _ in seen[split]}
+  assert {TEST_FAMILY, HELDOUT_FAMILY} <= {f for f, _ in seen["test"]}
+  # every family is asked in both of its new phrasings over 150 test episodes (TEST_FAMILY in all its phrasings)
+  assert {(f, i) for f in FAMILIES for i in range(DEV_PHRASINGS, len(FAMILIES[f].phrasings))} <= seen["test"]
+  for split, eps in episodes.items():
+    for q in (q for ep in eps for q in ep.qa_list):
+      if split == "test":
+        assert not [r for r in early if r.match(q["question"])] or q["family"] == TEST_FAMILY, q
+      else:
+        assert not [r for r in test if r.match(q["question"])], q
+
+
+def test_train_and_dev_episodes_are_unchanged_by_the_test_split():
+  """The qa_lists (without the added distractors) of 20 train and 20 dev episodes hash as before the test split
+  existed: shipped numbers and trained adapters rest on them."""
+  import hashlib
+  qa = {f"{s}-3": [{k: v for k, v in q.items() if k != "distractors"}
+                  for q in make_episode(EpisodeConfig(seed=s)).qa_list]
+        for s in [*range(20), *range(HELDOUT_SEED_START, HELDOUT_SEED_START + 20)]}
+  digest = hashlib.sha256(json.dumps(qa, sort_keys=True).encode()).hexdigest()
+  assert digest == "c4706060ae83eb5aba2468bf1ebe548922ee87d004133c00019a7d8d93cdc434"
+
+
+def test_distractors_are_the_other_values_of_the_answer_slot(episodes):
+  from m3jax.agent.judges import normalize_answer
+  for ep in episodes["test"][:40] + episodes["train"][:40]:
+    drinks = {c.facts[k] for c in ep.characters for k in ("drink", "dislike")}
+    for q in ep.qa_list:
+      d = q["distractors"]
+      assert len(set(d)) == len(d)
+      assert not [v for v in d if f" {normalize_answer(v)} " in f" {normalize_answer(q['answer'])} "], q
+      if q["family"] in ("drink", "dislike", "hop_drink"):
+        named = set() if q["unanswerable"] else {q["answer"].rstrip(".").lower()}
+        assert set(d) | named == drinks and not named & set(d), q
+      if q["family"] in ("compare_same", "hop_same_drink"):
+        assert d == (["No"] if q["answer"] == "Yes." else ["Yes"])
 
 
 def test_each_type_and_family_is_asked_in_both_splits(episodes):
   for split, eps in episodes.items():
     qs = [q for ep in eps for q in ep.qa_list]
     assert {t for q in qs for t in q["type"]} == set(QUESTION_TYPES)
-    expected = set(FAMILIES) - ({HELDOUT_FAMILY} if split == "train" else set())
+    expected = set(FAMILIES) - {TEST_FAMILY} - ({HELDOUT_FAMILY} if split == "train" else set())
+    expected |= {TEST_FAMILY} if split == "test" else set()
     assert {q["family"] for q in qs} == expected, split
     assert 0.05 < np.mean([q["unanswerable"] for q in qs]) < 0.3
 
 
 def test_splits_are_refused_across_seed_ranges():
-  assert split_of(HELDOUT_SEED_START - 1) == "train" and split_of(HELDOUT_SEED_START) == "heldout"
+  assert split_of(HELDOUT_SEED_START - 1) == "train" and split_of(HELDOUT_SEED_START) == "dev"
+  assert split_of(TEST_SEED_START - 1) == "dev" and split_of(TEST_SEED_START) == "test"
+  check_split([HELDOUT_SEED_START], "dev")
+  check_split([TEST_SEED_START, TEST_SEED_START + 5], "test")
+  for split in ("train", "dev", "heldout"):
+    with pytest.raises(ValueError, match="only for the final evaluation"):
+      check_split([TEST_SEED_START + 3], split)
+  with pytest.raises(ValueError, match="not test seeds"):
+    check_split([HELDOUT_SEED_START], "test")
+  refuse_test_seeds([0, HELDOUT_SEED_START], "x")
+  with pytest.raises(ValueError, match="test seeds"):
+    refuse_test_seeds([0, TEST_SEED_START], "x")
   check_split([0, 5], "train")
   with pytest.raises(ValueError, match="not train seeds"):
     check_split([0, HELDOUT_SEED_START], "train")
@@ -130,6 +194,14 @@ def test_splits_are_refused_across_seed_ranges():
   from m3jax.rl.program import RLConfig
   with pytest.raises(ValueError, match="not heldout seeds"):
     RLConfig(eval_seeds=(10, 12))
+  with pytest.raises(ValueError, match="only for the final evaluation"):  # training curves never see the test split
+    RLConfig(eval_seeds=(TEST_SEED_START, TEST_SEED_START + 8))
+  with pytest.raises(ValueError, match="only for the final evaluation"):
+    RLConfig(train_seeds=(TEST_SEED_START, TEST_SEED_START + 8))
+  from m3jax.sft.run import SFTConfig
+  for seeds in ({"train_seeds": (1, TEST_SEED_START)}, {"eval_seeds": (TEST_SEED_START,)}):
+    with pytest.raises(ValueError, match="test seeds"):
+      SFTConfig(**seeds)
 
 
 def _utterances(ep):
@@ -296,3 +368,13 @@ def test_render_writes_faces_and_speech(tmp_path):
     return float(np.sqrt(np.mean(seg.astype(np.float64) ** 2)))
   for u in utts:
     assert rms(u["start"] + 0.2, u["end"] - 0.2) > 20 * rms(u["end"] + 0.1, u["end"] + 0.4) + 1e-4
+
+
+def test_sft_data_sources_refuse_test_seeds(tmp_path):
+  """The Omni SFT and text-writer data sources refuse test seeds before rendering anything."""
+  from m3jax.sft import data as sft_data, writer_data
+  with pytest.raises(ValueError, match="test seeds"):
+    sft_data.episode_source([1, TEST_SEED_START], tmp_path, EpisodeConfig())
+  with pytest.raises(ValueError, match="test seeds"):
+    writer_data.episode_pairs([TEST_SEED_START + 1], tmp_path, EpisodeConfig())
+  assert not list(tmp_path.iterdir())

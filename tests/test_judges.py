@@ -8,7 +8,7 @@ import time
 import pytest
 
 from m3jax.agent.judges import HTTPJudge, HTTPJudgeConfig, JudgeError, JudgeItem, LocalLLMJudge, RuleJudge, \
-  normalize_answer, parse_yes_no, token_f1
+  make_judge, normalize_answer, parse_yes_no, token_f1
 
 
 def test_strict_yes_no():
@@ -40,6 +40,78 @@ def test_rule_judges_on_known_pairs():
   assert token_f1("blue vase", "the blue vase") == 1.0 and token_f1("red", "blue") == 0.0
   with pytest.raises(ValueError, match="unknown rule judge"):
     RuleJudge("fuzzy")
+
+
+# (truth, distractors, answer, strict verdict): written by hand, each a way `contains` was paid for a wrong answer
+DRINKS = ("tea", "milk", "lemonade")
+STRICT_CASES = [
+  # a right answer, alone or followed by supporting text that names no other candidate
+  ("Coffee.", DRINKS, "Coffee.", True),
+  ("Coffee.", DRINKS, "Coffee. Victoria said she drinks it every morning.", True),
+  ("Coffee.", DRINKS, "Victoria likes coffee; she said so in the second clip.", True),
+  ("On the kitchen table.", ("sofa", "window sill"), "On the kitchen table.\nShe moved it there this morning.", True),
+  # lists of candidates
+  ("On the kitchen table.", ("sofa", "window sill"), "On the window sill. On the sofa. On the kitchen table.", False),
+  ("Coffee.", DRINKS, "Coffee, tea or milk.", False),
+  ("Coffee.", DRINKS, "Coffee or lemonade.", False),
+  # a candidate then a decline, a decline then a candidate
+  ("Coffee.", DRINKS, "Coffee. The memory does not say.", False),
+  ("Coffee.", DRINKS, "The memory does not say. Maybe coffee.", False),
+  ("The memory does not say.", DRINKS, "The memory does not say. Maybe tea.", False),
+  ("The memory does not say.", DRINKS, "Tea. The memory does not say.", False),
+  # a right answer after a wrong one
+  ("Coffee.", DRINKS, "Tea. Actually, coffee.", False),
+  ("Coffee.", (), "Tea. Actually, coffee.", False),  # the truth is not in the first sentence
+  ("Grace.", ("Michael",), "Michael. No wait, Grace.", False),
+  # yes/no: the right word first, never the other one
+  ("Yes.", ("No",), "Yes.", True),
+  ("Yes.", ("No",), "Yes, they both like tea.", True),
+  ("No.", ("Yes",), "No, Grace likes tea and Michael likes coffee.", True),
+  ("Yes.", ("No",), "Yes or no, I cannot tell.", False),
+  ("Yes.", ("No",), "No. Yes.", False),
+  ("Yes.", (), "Yes and no.", False),
+  ("Yes.", ("No",), "Maybe yes.", False),
+  ("No.", ("Yes",), "I think not, no.", False),
+  ("No.", (), "Yes", False),
+  # declines: right only on an unanswerable question, and alone
+  ("The memory does not say.", DRINKS, "The memory does not say.", True),
+  ("The memory does not say.", DRINKS, "I checked: the memory does not say.", True),
+  ("Coffee.", DRINKS, "The memory does not say.", False),
+  ("The memory does not say.", DRINKS, "I don't know.", False),
+  ("The memory does not say.", DRINKS, "Tea.", False),
+  ("Coffee.", DRINKS, "", False),
+]
+
+
+@pytest.mark.parametrize("truth,distractors,answer,right", STRICT_CASES)
+def test_strict_judge_on_hand_written_cases(truth, distractors, answer, right):
+  item = JudgeItem("q?", truth, answer, distractors)
+  assert RuleJudge("strict").judge([item])[0].correct is right
+  assert make_judge("strict").judge([item])[0].correct is right  # by name, as RL rewards and evaluations make it
+
+
+def test_contains_stays_and_pays_what_strict_refuses():
+  lists = JudgeItem("Where?", "On the kitchen table.", "On the window sill. On the sofa. On the kitchen table.",
+                    ("sofa", "window sill"))
+  hedge = JudgeItem("Same drink?", "Yes.", "Yes or no, I cannot tell.", ("No",))
+  assert [v.correct for v in make_judge("contains").judge([lists, hedge])] == [True, True]
+  assert [v.correct for v in make_judge("strict").judge([lists, hedge])] == [False, False]
+
+
+def test_strict_judge_over_generated_test_questions():
+  """On real test-split questions: the truth alone is right, the truth listed with a distractor is wrong."""
+  from m3jax.data.episodes import EpisodeConfig, make_episode
+  from m3jax.data.questions import TEST_SEED_START
+  judge, n = RuleJudge("strict"), 0
+  for seed in range(TEST_SEED_START, TEST_SEED_START + 10):
+    for q in make_episode(EpisodeConfig(seed=seed)).qa_list:
+      d = tuple(q["distractors"])
+      assert judge.judge([JudgeItem(q["question"], q["answer"], q["answer"], d)])[0].correct, q
+      if d:
+        listed = JudgeItem(q["question"], q["answer"], f"{q['answer'].rstrip('.')}, or {d[0]}.", d)
+        assert not judge.judge([listed])[0].correct, q
+        n += 1
+  assert n > 50
 
 
 def test_local_llm_judge_batches_and_skips_empty_answers():

@@ -154,3 +154,13 @@ def test_pass_rates_skip_saturated_questions_for_a_while_and_rounds_are_sized_by
   plain = ds.DynamicBatcher(ds.DynamicSamplingConfig(max_rounds=1), batch_groups=4)
   plain.fill(round_of(outcomes), step=1)
   assert not plain.skips("q_right", 1) and plain.round_size(1) == 4
+
+
+def test_reward_judge_is_named_and_defaults_to_strict():
+  """The outcome's judge is `RewardConfig.judge` (strict unless set); RLConfig.judge, when set, overrides it."""
+  from m3jax.rl.program import RLConfig
+  assert rewards.RewardConfig().judge == "strict" and RLConfig().outcome_judge == "strict"
+  assert RLConfig(reward=rewards.RewardConfig(judge="contains")).outcome_judge == "contains"
+  assert RLConfig(judge="llm").outcome_judge == "llm"
+  with pytest.raises(ValueError, match="fuzzy"):
+    RLConfig(reward=rewards.RewardConfig(judge="fuzzy"))

@@ -89,7 +89,7 @@ def test_expert_trajectories_on_every_family_and_unanswerable_questions(style):
   declined with the canonical NOT_IN_MEMORY after searching. The hindsight teacher always gives the gold answer;
   the ladder and direct teachers never repeat a query and decline only where no search found anything."""
   from m3jax.data.memory_qa import make_task
-  from m3jax.data.questions import FAMILIES, HELDOUT_FAMILY, NOT_IN_MEMORY
+  from m3jax.data.questions import FAMILIES, HELDOUT_FAMILY, NOT_IN_MEMORY, TEST_FAMILY
   from m3jax.memory.fixture_embedder import HashedBowEmbedder
   from m3jax.memory.search import MemorySearcher, SearchConfig
   from m3jax.models.tokenizer import load_tokenizer
@@ -97,7 +97,7 @@ def test_expert_trajectories_on_every_family_and_unanswerable_questions(style):
 
   embed = HashedBowEmbedder.builtin()
   graphs, records = make_task(range(12), embed, embed.dim, split="train")
-  assert {r.family for r in records} == set(FAMILIES) - {HELDOUT_FAMILY}
+  assert {r.family for r in records} == set(FAMILIES) - {HELDOUT_FAMILY, TEST_FAMILY}
   questions = _questions(records, 1)
   tok = load_tokenizer(smollm2_path())
   trajs = Controller(ExpertPolicy(questions, tok, 5, style), MemorySearcher(graphs, embed, SearchConfig()),

@@ -31,6 +31,9 @@ class JudgeItem:
   question: str
   ground_truth: str
   answer: str | None  # None / "" = the agent never answered
+  # the other values of the answer's slot in the question's episode (other drinks, places, people; "No" when the
+  # truth is "Yes."): the strict judge refuses an answer naming any of them. Empty: not known
+  distractors: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,27 +181,60 @@ def token_f1(prediction: str, ground_truth: str) -> float:
   return 2 * precision * recall / (precision + recall)
 
 
-RuleKind = Literal["exact", "contains", "f1", "choice"]
+RuleKind = Literal["exact", "contains", "strict", "f1", "choice"]
+RULE_KINDS = ("exact", "contains", "strict", "f1", "choice")
+_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|\n+")
+
+
+def first_sentence(answer: str) -> str:
+  """The answer up to its first sentence end (. ! ? ; followed by a space, or a line break)."""
+  return next((part for part in _SENTENCE_END.split(answer.strip()) if part.strip()), "")
+
+
+def strict_correct(answer: str, truth: str, distractors: Sequence[str] = ()) -> bool:
+  """The strict judge. WHY: `contains` pays for lists ("On the window sill. On the sofa. On the kitchen table."
+  for "On the kitchen table.") and for hedges ("Yes or no"), which a policy rewarded by it learns. Right when:
+  - answerable: the first sentence contains the whole (normalised) truth, and the answer names no distractor and
+    does not decline anywhere (a right answer after a wrong one, a candidate beside a decline are wrong);
+  - yes/no truth: the answer starts with the right word and never says the other one;
+  - unanswerable (truth NOT_IN_MEMORY): the first sentence declines and the answer names no distractor."""
+  if not answer.strip():
+    return False
+  text = f" {normalize_answer(answer)} "
+  if any(f" {d} " in text for d in map(normalize_answer, distractors) if d):
+    return False
+  if truth == NOT_IN_MEMORY:
+    return _says_not_in_memory(first_sentence(answer))
+  if _says_not_in_memory(answer):
+    return False
+  gold = normalize_answer(truth)
+  if gold in ("yes", "no"):
+    other = "no" if gold == "yes" else "yes"
+    return parse_yes_no(answer) == (gold == "yes") and f" {other} " not in text
+  return bool(gold) and f" {gold} " in f" {normalize_answer(first_sentence(answer))} "
 
 
 class RuleJudge:
-  """Deterministic judges: normalised exact match, containment of the ground truth in the answer, token F1 at or
-  above a threshold, or the multiple-choice letter."""
+  """Deterministic judges: normalised exact match, containment of the ground truth in the answer, the strict
+  judge (`strict_correct`: the truth in the first sentence, no other candidate, no hedge), token F1 at or above a
+  threshold, or the multiple-choice letter."""
 
   def __init__(self, kind: RuleKind = "exact", f1_threshold: float = 0.5):
-    if kind not in ("exact", "contains", "f1", "choice"):
-      raise ValueError(f"unknown rule judge {kind!r} (exact, contains, f1, choice)")
+    if kind not in RULE_KINDS:
+      raise ValueError(f"unknown rule judge {kind!r} ({', '.join(RULE_KINDS)})")
     if not 0.0 <= f1_threshold <= 1.0:
       raise ValueError(f"f1_threshold must be in [0, 1], got {f1_threshold}")
     self.kind = kind
     self.f1_threshold = f1_threshold
 
   def judge(self, items: Sequence[JudgeItem]) -> list[Verdict]:
-    return [Verdict(correct=self._one(item.answer or "", item.ground_truth)) for item in items]
+    return [Verdict(correct=self._one(item.answer or "", item.ground_truth, item.distractors)) for item in items]
 
-  def _one(self, answer: str, truth: str) -> bool:
+  def _one(self, answer: str, truth: str, distractors: Sequence[str] = ()) -> bool:
     if not answer.strip():
       return False
+    if self.kind == "strict":
+      return strict_correct(answer, truth, distractors)
     if self.kind != "choice" and truth != NOT_IN_MEMORY and _says_not_in_memory(answer):
       # a decline is never right on an answerable question, even beside a candidate: a policy trained on this
       # judge learned "Cheese. The memory does not say." to be paid on both kinds of question
@@ -214,7 +250,7 @@ class RuleJudge:
     return letter is not None and letter == gold_letter
 
 
-JUDGES = ("llm", "http", "exact", "contains", "f1", "choice")
+JUDGES = ("llm", "http") + RULE_KINDS
 
 
 def _says_not_in_memory(answer: str) -> bool:
@@ -252,7 +288,8 @@ def score_answers(judge: Judge, records: Sequence, answers: Sequence[str]) -> di
   """Accuracy of `answers` to `records` (each with .question, .answer, .types, .unanswerable) under `judge`,
   per question type, and the declines: an answer the same judge accepts against NOT_IN_MEMORY is a decline,
   correct on an unanswerable question and false on an answerable one. `correct` keeps the per-question verdicts."""
-  correct = [v.correct for v in judge.judge([JudgeItem(r.question, r.answer, a) for r, a in zip(records, answers)])]
+  correct = [v.correct for v in judge.judge([JudgeItem(r.question, r.answer, a, tuple(getattr(r, "distractors", ())))
+                                              for r, a in zip(records, answers)])]
   declined = [v.correct for v in judge.judge([JudgeItem(r.question, NOT_IN_MEMORY, a)
                                               for r, a in zip(records, answers)])]
   hits, totals = Counter(), Counter()

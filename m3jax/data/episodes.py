@@ -5,8 +5,9 @@ and a name said aloud) and a script over N 30-s clips: who is present, who says 
 dislikes, plans, jobs, cities, objects and where they were put, later moves of those objects, household rules).
 Distractors are seeded in: two people may like the same drink, live in the same city or own the same object.
 From the script we derive M3-Bench-format annotations (questions of the five types in the families and phrasings
-of `m3jax.data.questions`, answers, `before_clip`, evidence clip ids, plus `family`, `phrasing`, `heldout` and
-`unanswerable`) and the gold memories an ideal memorizer would write per clip.
+of `m3jax.data.questions`, answers, `before_clip`, evidence clip ids, plus `family`, `phrasing`, `heldout` (a dev
+or test episode), `unanswerable` and `distractors`: the episode's other values of the answer's slot, which a strict
+judge refuses beside the truth) and the gold memories an ideal memorizer would write per clip.
 Everything here is pure Python on a seeded `numpy.random.Generator`, so the same seed gives the same episode
 whatever PYTHONHASHSEED is; `m3jax.data.episode_render` turns it into an mp4.
 
@@ -18,11 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import string
 from typing import Any
 
 import numpy as np
 
-from m3jax.data.questions import FAMILIES, NOT_IN_MEMORY, Draft, article, phrasing_pool, split_of
+from m3jax.data.questions import FAMILIES, NOT_IN_MEMORY, TEST_FAMILY, Draft, article, phrasing_pool, split_of
 
 QUESTION_TYPES = ("Person Understanding", "Cross-Modal Reasoning", "Multi-Detail Reasoning",
                   "Multi-Hop Reasoning", "General Knowledge Extraction")
@@ -266,9 +268,11 @@ def _yes_no(same: bool) -> str:
   return "Yes." if same else "No."
 
 
-def _drafts(rng, chars, clips, rules) -> tuple[list[Draft], list[Draft]]:
+def _drafts(rng, chars, clips, rules, test: bool = False) -> tuple[list[Draft], list[Draft]]:
   """(answerable, unanswerable) questions before phrasing. Answerable ones rest on utterances of the script;
-  a question about a person needs their intro (the only way the memory can tie the name to a face)."""
+  a question about a person needs their intro (the only way the memory can tie the name to a face). `test` adds
+  TEST_FAMILY's drafts; they draw nothing from `rng` and are added only there, so train and dev episodes (whose
+  number of drafts sets how many unanswerables are drawn) stay what they were."""
   def first(kind, who=None):
     said = _said(clips, kind, who)
     return said[0] if said else None
@@ -312,6 +316,10 @@ def _drafts(rng, chars, clips, rules) -> tuple[list[Draft], list[Draft]]:
     if drink and city and _unique(chars, "city", f["city"]):
       ok.append(Draft("hop_drink", {"city": f["city"]}, f"{f['drink'].capitalize()}.", (city, drink),
                       f"{name} lives in {f['city']} and likes {f['drink']}"))
+    food = first("food", name)
+    if test and job and food and _unique(chars, "job", f["job"]):
+      ok.append(Draft(TEST_FAMILY, {"job": f["job"], "a_job": article(f["job"])}, f"{f['food'].capitalize()}.",
+                      (job, food), f"the {f['job']} ({name}) likes {f['food']}"))
     if job and drink and _unique(chars, "job", f["job"]):
       for other in chars:
         od = first("drink", other.name)
@@ -367,7 +375,7 @@ def _drafts(rng, chars, clips, rules) -> tuple[list[Draft], list[Draft]]:
 def _questions(rng, ep_id, config, chars, clips, rules) -> list[dict[str, Any]]:
   """Questions of the five M3-Bench types, phrased for the seed's split. About one in six is unanswerable."""
   split = split_of(config.seed)
-  ok, missing = _drafts(rng, chars, clips, rules)
+  ok, missing = _drafts(rng, chars, clips, rules, test=split == "test")
   k = min(len(missing), max(1, len(ok) // 5))
   keep = sorted(int(i) for i in rng.choice(len(missing), size=k, replace=False))
   out = []
@@ -385,8 +393,47 @@ def _questions(rng, ep_id, config, chars, clips, rules) -> list[dict[str, Any]]:
                 "question_id": f"{ep_id}_Q{len(out) + 1:02d}", "reasoning": d.why, "timestamp": _mmss(t),
                 "type": list(FAMILIES[d.family].types), "before_clip": int(t // config.clip_seconds) - 1,
                 "evidence_clips": sorted({u.clip for u in d.evidence}), "family": d.family, "phrasing": phrasing,
-                "heldout": split == "heldout", "unanswerable": d.unanswerable})
+                "heldout": split != "train", "unanswerable": d.unanswerable,
+                "distractors": distractors(d.family, d.answer, chars, rules, d.slots)})
   return out
+
+
+# The slot a family's answer fills (values of which `distractors` lists); "yes_no" families answer Yes or No.
+_ANSWER_SLOT = {"drink": "drink", "dislike": "drink", "hop_drink": "drink", "food": "food", "hop_food": "food",
+                "plan": "place", "hop_plan": "place", "job": "job", "city": "city", "object_place": "furniture",
+                "object_from": "furniture", "who_plan": "person", "who_job": "person", "present_when": "person",
+                "mention_order": "person", "compare_which": "person", "rule_who": "person",
+                "compare_same": "yes_no", "hop_same_drink": "yes_no", "rule_place": "rule_place",
+                "rule_item": "rule_item"}
+
+
+def slot_values(slot: str, chars, rules: dict[str, str]) -> list[str]:
+  """Every value of `slot` the episode's script holds (the people's drinks and dislikes, foods, ...)."""
+  f = [c.facts for c in chars]
+  values = {"drink": [x[k] for x in f for k in ("drink", "dislike")], "food": [x["food"] for x in f],
+            "place": [x["plan"] for x in f], "job": [x["job"] for x in f], "city": [x["city"] for x in f],
+            "furniture": [x[k] for x in f for k in ("furniture", "moved_to")], "person": [c.name for c in chars],
+            "yes_no": ["Yes", "No"], "rule_place": list(rules.values()), "rule_item": list(rules)}[slot]
+  return list(dict.fromkeys(values))
+
+
+def distractors(family: str, answer: str, chars, rules: dict[str, str], slots: dict[str, str] | None = None
+                ) -> list[str]:
+  """The episode's values of the answer's slot other than the truth (all of them for an unanswerable question):
+  an answer naming one of them beside the truth is a list or a hedge, which the strict judge refuses. WHY from the
+  generator: it alone knows which other drinks, places, people and jobs the memory holds. Values the question
+  itself names (`slots`: "who was with Victoria ...") are left out, as an answer may repeat them, except where
+  they are the alternatives offered ("Anna or Grace?")."""
+  truth = f" {_norm(answer)} " if answer != NOT_IN_MEMORY else ""
+  asked = set() if family == "compare_which" else {_norm(v) for v in (slots or {}).values()}
+  return [v for v in slot_values(_ANSWER_SLOT[family], chars, rules)
+          if f" {_norm(v)} " not in truth and _norm(v) not in asked]
+
+
+def _norm(text: str) -> str:
+  """`judges.normalize_answer` (lower case, no punctuation nor articles), inlined: data does not import agents."""
+  text = text.lower().translate(str.maketrans({c: " " for c in string.punctuation}))
+  return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
 
 
 def utterance_fact(u: Utterance, c: Character) -> str | None:

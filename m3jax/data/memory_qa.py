@@ -5,8 +5,9 @@ No video and no perception: each episode's characters become face/voice nodes wi
 memories of every clip are inserted through the real graph code (consolidation, equivalences, edges). The
 episode's questions then have answers the searcher can actually find, which makes the task learnable by a
 policy that learns when and what to search. Records are the (question, answer, type, memory id) tuples that
-`train.py rl` feeds through grain. `make_task(..., split=...)` refuses seeds of the other split
-(`m3jax.data.questions.split_of`): training draws only train-split episodes, evaluation only held-out ones.
+`train.py rl` feeds through grain. `make_task(..., split=...)` refuses seeds of other splits
+(`m3jax.data.questions.split_of`): training draws only train-split episodes, training curves only dev ones, the
+final evaluation only test ones; even a mixed task (split=None) refuses test seeds.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from m3jax.data.episodes import EpisodeConfig, make_episode, render_gold
-from m3jax.data.questions import FAMILIES, HELDOUT_SEED_START, check_split
+from m3jax.data.questions import (FAMILIES, HELDOUT_SEED_START, TEST_FAMILY, TEST_SEED_START, check_split,
+                                  refuse_test_seeds, split_of)
 from m3jax.memory.designs import ClipPerception, make_design
 from m3jax.memory.graph import GraphConfig, MemoryGraph
 
@@ -32,6 +34,7 @@ class QARecord:
   before_clip: int | None
   family: str = ""
   unanswerable: bool = False  # the gold answer is questions.NOT_IN_MEMORY
+  distractors: tuple[str, ...] = ()  # the episode's other values of the answer's slot (for the strict judge)
 
   def to_dict(self) -> dict:
     return dataclasses.asdict(self)
@@ -78,16 +81,19 @@ def episode_graph(seed: int, embed_fn: Callable[[Sequence[str]], np.ndarray], te
 def episode_records(memory_id: int, qa: list[dict]) -> list[QARecord]:
   """The records of one episode's qa_list, asked over memory `memory_id`."""
   return [QARecord(q["question_id"], q["question"], q["answer"], tuple(q["type"]), memory_id, q.get("before_clip"),
-                   q["family"], q["unanswerable"]) for q in qa]
+                   q["family"], q["unanswerable"], tuple(q.get("distractors", ()))) for q in qa]
 
 
 def make_task(seeds: Sequence[int], embed_fn: Callable[[Sequence[str]], np.ndarray], text_dim: int,
               episode: EpisodeConfig = EpisodeConfig(), split: str | None = "train"
               ) -> tuple[list[MemoryGraph], list[QARecord]]:
   """Graphs for the episodes `seeds` (memory id = position in `seeds`) and all their questions. `split`
-  ("train" | "heldout") refuses seeds of the other split; None mixes them (each episode keeps its own)."""
+  ("train" | "dev" (or "heldout") | "test") refuses seeds of the other splits; None mixes train and dev (each
+  episode keeps its own: the RL program's training and curve graphs) and refuses test seeds."""
   if split is not None:
     check_split(seeds, split)
+  else:
+    refuse_test_seeds(seeds, "make_task(split=None)")
   graphs, records = [], []
   for memory_id, seed in enumerate(seeds):
     graph, qa = episode_graph(seed, embed_fn, text_dim, episode)
@@ -98,15 +104,29 @@ def make_task(seeds: Sequence[int], embed_fn: Callable[[Sequence[str]], np.ndarr
 
 def heldout_questions(n: int, first_seed: int = HELDOUT_SEED_START,
                       episode: EpisodeConfig = EpisodeConfig()) -> tuple[list[int], list[QARecord]]:
+  """`split_questions` of the dev split (its old name: held out)."""
+  return split_questions(n, "dev", first_seed, episode)
+
+
+def split_questions(n: int, split: str = "dev", first_seed: int | None = None,
+                    episode: EpisodeConfig = EpisodeConfig()) -> tuple[list[int], list[QARecord]]:
   """(episode seeds, `n` questions balanced over families): round-robin in a fixed shuffled family order, in each
-  family the script's order, from consecutive held-out episodes (memory id = position in the seeds). WHY balanced:
-  a plain prefix would be mostly single-fact questions, the two-fact families being rarer in 3-clip episodes."""
-  check_split([first_seed], "heldout")
+  family the script's order, from consecutive episodes of `split` from `first_seed` (default: the split's first
+  seed; memory id = position in the seeds). WHY balanced: a plain prefix would be mostly single-fact questions, the
+  two-fact families being rarer in 3-clip episodes. The order shuffles the families that existed before the test
+  split (TEST_FAMILY comes last), so the dev questions stay the ones every dev number was measured on."""
+  if first_seed is None:
+    first_seed = {"train": 0, "dev": HELDOUT_SEED_START, "heldout": HELDOUT_SEED_START,
+                  "test": TEST_SEED_START}.get(split, -1)
+  check_split([first_seed], split)
   seeds, records = [], []
   while len(records) < 4 * n:
     seeds.append(first_seed + len(seeds))
+    if split_of(seeds[-1]) != split_of(first_seed):
+      check_split(seeds, split)  # ran past the split's last seed
     records += episode_records(len(seeds) - 1, make_episode(dataclasses.replace(episode, seed=seeds[-1])).qa_list)
-  families = [list(FAMILIES)[i] for i in np.random.default_rng(0).permutation(len(FAMILIES))]  # types mixed
+  older = [f for f in FAMILIES if f != TEST_FAMILY]
+  families = [older[i] for i in np.random.default_rng(0).permutation(len(older))] + [TEST_FAMILY]  # types mixed
   by_family = {f: [r for r in records if r.family == f] for f in families}
   picked: list[QARecord] = []
   while len(picked) < n:

@@ -79,9 +79,10 @@ class RLConfig:
   temperature: float = 0.6
   top_p: float = 0.95
   top_k: int = 20
-  # exact | contains | f1 | choice (rules), llm (the reference's entailment judge on a frozen local LLM,
-  # `judge_model`), http (an OpenAI-compatible server, `http_judge`)
-  judge: str = "contains"
+  # "" = reward.judge (default strict); set, it overrides that: exact | contains | strict | f1 | choice (rules),
+  # llm (the reference's entailment judge on a frozen local LLM, `judge_model`), http (an OpenAI-compatible
+  # server, `http_judge`)
+  judge: str = ""
   judge_model: str = "smollm2-135m-instruct"
   http_judge: HTTPJudgeConfig = HTTPJudgeConfig()
   advantage: str = "grpo"  # grpo | taura
@@ -143,10 +144,15 @@ class RLConfig:
       raise ValueError(f"warm_start_expert={self.warm_start_expert!r}; expected one of {EXPERT_STYLES}")
     if self.init_adapter and not self.lora_rank:
       raise ValueError("init_adapter needs lora_rank > 0 (it holds LoRA adapters)")
-    if self.judge not in JUDGES:
-      raise ValueError(f"judge={self.judge!r}; expected one of {', '.join(JUDGES)}")
+    if self.outcome_judge not in JUDGES:
+      raise ValueError(f"judge={self.outcome_judge!r} (judge or reward.judge); expected one of {', '.join(JUDGES)}")
     check_split(range(*self.train_seeds), "train")
     check_split(range(*self.eval_seeds), "heldout")
+
+  @property
+  def outcome_judge(self) -> str:
+    """The judge of the reward's outcome: `judge` when set, else `reward.judge`."""
+    return self.judge or self.reward.judge
 
   @property
   def control(self) -> ControlConfig:
@@ -185,7 +191,9 @@ class RLProgram:
     self.train_records = [r for r in records if r.memory_id < n_train]
     self.eval_records = [r for r in records if r.memory_id >= n_train][:cfg.eval_questions]
     self.searcher = MemorySearcher(graphs, embed, SearchConfig())
-    self.judge = make_judge(cfg.judge, cfg.judge_model, cfg.http_judge)
+    self.judge = make_judge(cfg.outcome_judge, cfg.judge_model, cfg.http_judge)
+    # the strict judge refuses answers naming another candidate of the slot: each question's, by id
+    self.distractors = {r.question_id: r.distractors for r in records}
     # this process's interleaved shard of the global question order: at every draw the processes' questions
     # together are the one-process run's
     extra = [r for r in self.train_records if r.unanswerable] * (cfg.unanswerable_repeat - 1)
@@ -240,7 +248,8 @@ class RLProgram:
     self.prefill_tokens_saved += sampler.prefill_tokens_saved
     self.decode_tokens += sampler.decode_tokens
     self.decode_row_steps += sampler.decode_row_steps
-    verdicts = self.judge.judge([JudgeItem(t.question, t.ground_truth, t.response) for t in trajs])
+    verdicts = self.judge.judge([JudgeItem(t.question, t.ground_truth, t.response,
+                                           self.distractors.get(t.question_id.rsplit("#", 1)[0], ())) for t in trajs])
     parts = reward_components([float(v.correct) for v in verdicts], [rollout.episode_stats(t) for t in trajs],
                               c.reward)
     parts["judge_invalid"] = np.array([not v.valid for v in verdicts], np.float64)  # logged, not in the total

@@ -1,7 +1,8 @@
 """Trajectory rewards: judge outcome + the reference's shaping bonuses + DAPO's overlong penalty (§5.3–5.4).
 
 Every component is returned separately so it can be logged; `total` is what the advantage sees and
-`outcome` alone is what dynamic sampling filters on.
+`outcome` alone is what dynamic sampling filters on. The outcome is the verdict of the judge `RewardConfig.judge`
+names (the RL program makes it and passes each question's distractors to it).
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ class RewardConfig:
   overlong_max_tokens: int | None = None  # DAPO soft overlong punishment on generated-token counts
   overlong_buffer: int = 0
   overlong_factor: float = 1.0
+  # the judge of `outcome`, by name (`judges.make_judge`: strict, contains, llm, ...; RLConfig.judge overrides it
+  # when set). WHY strict: a policy paid by `contains` learned to list candidates and hedge yes/no answers
+  judge: str = "strict"
 
   def __post_init__(self):
     if self.wrong_answer_penalty > 0:

@@ -23,6 +23,7 @@ from etils import epath
 from PIL import Image
 
 from m3jax.data.episodes import EpisodeConfig, make_episode, render_gold
+from m3jax.data.questions import refuse_test_seeds
 from m3jax.distributed import gather_objects, interleave
 from m3jax.models.omni.processor import ProcessorConfig, sample_frame_indices
 from m3jax.models.omni.thinker import ThinkerConfig
@@ -42,7 +43,9 @@ def _square(img: np.ndarray, size: int) -> np.ndarray:
 
 def episode_source(seeds: Sequence[int], work_dir: str | pathlib.Path, episode: EpisodeConfig,
                    fps: float = 2.0, crop_size: int = 64) -> Source:
-  """Examples from generated episodes (one per clip), decoded from the rendered mp4 like real memorization."""
+  """Examples from generated episodes (one per clip), decoded from the rendered mp4 like real memorization. Refuses
+  test seeds (`questions.refuse_test_seeds`): training data and its curve never see the test split."""
+  refuse_test_seeds(seeds, "sft episode_source")
   from m3jax.agent.media import iter_clips
   from m3jax.data.episode_render import _portrait, render_episode
 

@@ -14,7 +14,7 @@ import pathlib
 
 from m3jax.agent.perceive import PerceptionConfig
 from m3jax.data.episodes import EpisodeConfig
-from m3jax.data.questions import check_split
+from m3jax.data.questions import check_split, refuse_test_seeds
 from m3jax.distributed import DistributedConfig, global_mesh
 from m3jax.models.decoder import DecoderConfig
 from m3jax.models.lora import LoRAConfig, attach, export_adapter_file
@@ -103,6 +103,8 @@ class SFTConfig:
 
   def __post_init__(self):
     self.lora  # validates the LoRA fields
+    refuse_test_seeds(self.train_seeds, "SFTConfig.train_seeds")  # nor the SFT curve (eval_seeds) on the test split
+    refuse_test_seeds(self.eval_seeds, "SFTConfig.eval_seeds")
     if self.writer_llm is not None:
       if self.lora_rank < 1:
         raise ValueError("the text writer trains LoRA adapters (what `--writer-adapter` loads): set lora_rank >= 1")

@@ -42,6 +42,7 @@ from m3jax.agent.prompts import END_OF_TURN, render_chatml
 from m3jax.agent.writers import CONTRACT_KEYS, TemplateWriter, clip_prompt
 from m3jax.data.episode_render import render_episode
 from m3jax.data.episodes import Episode, EpisodeConfig, fact_values, make_episode, utterance_fact
+from m3jax.data.questions import refuse_test_seeds
 from m3jax.memory import journal
 from m3jax.sft.data import ShardedBatches, length_bucket
 from m3jax.sft.loss import TextBatch
@@ -124,7 +125,9 @@ def target_text(target: dict[str, list[str]]) -> str:
 
 def episode_pairs(seeds: Sequence[int], work_dir: str | pathlib.Path, episode: EpisodeConfig,
                   perception: PerceptionConfig = PerceptionConfig()) -> Source:
-  """(key, {"observation", "target"}) per clip with any face or speech (an empty clip needs no writer)."""
+  """(key, {"observation", "target"}) per clip with any face or speech (an empty clip needs no writer). Refuses
+  test seeds (`questions.refuse_test_seeds`): the writer's training data and curve never see the test split."""
+  refuse_test_seeds(seeds, "writer episode_pairs")
   def gen():
     for seed in seeds:
       ep = make_episode(dataclasses.replace(episode, seed=int(seed)))
