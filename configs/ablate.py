@@ -22,28 +22,26 @@ accuracy on the 96 held-out questions ± standard error; the perception-built ep
   clip_summary 0.219 (−35.4): neither answers search_node, which the controller asked for in 154 of 173 searches |
   untrained base (prompting) 0.021 → trained 0.573 (+55.2; paper +8 to +10) | the controller was trained without
   the inter-turn instruction: adding it gives 0.365 (−20.8) | no reasoning: n/a (SmolLM2 has no thinking step).
-The RL rows (GRPO / DAPO / TAURA, 20 steps x 3 seeds each) were not run: a DAPO step takes about 10 min here.
+The RL rows (GRPO / DAPO / TAURA from stage 2's adapter, RL_STEPS steps x 3 seeds each at the shipped DAPO
+recipe's batch) have not been run yet (issue 45).
 """
+
+import dataclasses
+import pathlib
 
 from m3jax.ablate import AblateConfig
 from m3jax.agent.answer import SHIPPED_CONTROLLER
-from m3jax.rl.dynamic_sampling import DynamicSamplingConfig
-from m3jax.rl.learner import LearnerConfig, OptimConfig
-from m3jax.rl.losses import LossConfig
-from m3jax.rl.program import RLConfig
+from m3jax.config import load_config
+
+HERE = pathlib.Path(__file__).resolve().parent
+RL_STEPS = 3
 
 
 def get_config() -> AblateConfig:
-  rl = RLConfig(
-      model="smollm2-135m-instruct", embedder="minilm", train_seeds=(0, 200), eval_seeds=(1_000_000, 1_000_001),
-      steps=20,
-      batch_questions=8, group_size=4, max_rounds=5, max_new_tokens=192, judge="contains", seq_bucket=512,
-      max_seq_len=8192, sampling=DynamicSamplingConfig(enabled=True, max_rounds=2),
-      warm_start_steps=20, warm_start_questions=16, warm_start_lr=1e-4, lora_rank=8, lora_alpha=16.0,
-      learner=LearnerConfig(loss=LossConfig(clip_low=0.2, clip_high=0.28, dual_clip=3.0, agg_mode="token-mean"),
-                            optim=OptimConfig(lr=1e-5, schedule="constant", weight_decay=0.01, grad_clip=1.0),
-                            temperature=0.6, epochs=1, mini_batches=2, micro_batch=4, remat=True,
-                            layer_loop="scan"))
+  # The RL rows' shared start and budget: the shipped recipe's DAPO stage (configs/rl_controller.py: stage 2's
+  # adapter, 4 questions x G=4, lr 2e-4, 48-token turns, no inter-turn instruction), cut to RL_STEPS steps.
+  rl = dataclasses.replace(load_config(HERE / "rl_controller.py"), steps=RL_STEPS, eval_every=0,
+                           out_dir="runs/ablate/rl")
   return AblateConfig(out_dir="runs/ablate", questions=96, embedder="minilm", judge="contains",
                       memory_answerer="llm", trained_adapter=str(SHIPPED_CONTROLLER), max_rounds=5, max_new_tokens=48,
                       rl=rl, rl_seeds=(1, 2, 3), perception_seeds=(1_000_000,))

@@ -271,7 +271,8 @@ class Ablation:
     return self._models[which]
 
   def warm_program(self):
-    """The RLProgram holding the shared warm start (its `rl.warm_start_steps` of behaviour cloning on rl.seed)."""
+    """The RLProgram holding the shared warm start: `rl.init_adapter` (if any), then its `rl.warm_start_steps` of
+    behaviour cloning on rl.seed."""
     from m3jax.rl.program import RLProgram
     if self._warm is None:
       self._warm = RLProgram(dataclasses.replace(self.cfg.rl, out_dir=str(self.out / "rl" / "warm")))

@@ -144,8 +144,9 @@ def build_rows(ab: "Ablation") -> list[Row]:
       add(_single(ab, Row(f"designs:{name}", f"memory design: {name}", f"{name} instead of the M3 graph", "—"),
                   ab.memory_spec(design=name), base))
 
+  warm = bool(cfg.rl.warm_start_steps or cfg.rl.init_adapter)  # the RL rows start from a warm start, not the base
   prompting = None
-  if want & {"prompting", "rl", "no_instruction", "warm_start", *ALGORITHMS}:
+  if want & {"prompting", "rl", "no_instruction"} or (not warm and want & {"warm_start", *ALGORITHMS}):
     prompting = add(_single(ab, Row("prompting", "prompting (untrained base)", f"{cfg.rl.model}, no training", "—"),
                             EvalSpec(controller="base")))
   trained = None
@@ -178,14 +179,20 @@ def build_rows(ab: "Ablation") -> list[Row]:
     add(Row("no_reasoning", "no reasoning", "the controller answers without its thinking step",
             PAPER["no_reasoning"], note=note))
   start = prompting
-  if cfg.rl.warm_start_steps and want & {"warm_start", *cfg.algorithms}:
-    start = add(_single(ab, Row("warm_start", "warm start (RL rows' start)",
-                                f"{cfg.rl.warm_start_steps} behaviour-cloning steps on the base", "—"),
+  if warm and want & {"warm_start", *cfg.algorithms}:
+    start = add(_single(ab, Row("warm_start", "warm start (RL rows' start)", _warm_start_change(cfg.rl), "—"),
                         EvalSpec(controller="warm"), prompting))
   for algorithm in cfg.algorithms:
     if algorithm in want:
       add(_rl_row(ab, algorithm, start))
   return rows
+
+
+def _warm_start_change(rl) -> str:
+  parts = [f"the adapter {rl.init_adapter.rsplit('/', 1)[-1]}"] if rl.init_adapter else []
+  if rl.warm_start_steps:
+    parts.append(f"{rl.warm_start_steps} behaviour-cloning steps")
+  return " + ".join(parts) + " on the base"
 
 
 def _rl_row(ab: "Ablation", algorithm: str, start: Row | None) -> Row:

@@ -103,6 +103,21 @@ def test_a_trained_controller_runs_in_the_protocol_its_adapter_records(tmp_path)
   assert rows["no_instruction"]["vs"] == "no_instruction:with" and "trained without" in rows["no_instruction"]["note"]
 
 
+def test_an_adapter_warm_start_is_the_rl_rows_start_and_skips_the_untrained_base(tmp_path):
+  """With `rl.init_adapter` as the warm start (the shipped recipe's), the RL rows are measured against it, so the
+  untrained base is not evaluated for them."""
+  from m3jax.models.lora import export_adapter_file
+  from m3jax.rl.program import load_model
+  model, _ = load_model(tiny(tmp_path / "out", "rl.lora_rank=2").rl)
+  export_adapter_file(tmp_path / "stage2.npz", model, "controller")
+  cfg = tiny(tmp_path / "out", "rows=('warm_start',)", "rl.lora_rank=2", "rl.warm_start_steps=0",
+             f"rl.init_adapter={tmp_path / 'stage2.npz'}")
+  result = Ablation(cfg, progress=False).run()
+  row, = [r for r in result["rows"] if r["id"] == "warm_start"]
+  assert row["change"] == "the adapter stage2.npz on the base" and row["value"] is not None and row["vs"] == ""
+  assert result["computed"] == ["m3_graph-llm-warm"]
+
+
 def test_every_rl_run_starts_from_the_shared_warm_start(tmp_path):
   """A fresh run starts exactly at the warm start, whatever its seed (the tiny model's own init depends on it)."""
   import jax
