@@ -93,11 +93,14 @@ def test_m3_script_resolves_paths_against_the_callers_directory(tmp_path):
     d.mkdir(parents=True)
   shutil.copy(ROOT / "m3", repo / "m3")
   shutil.copy(ROOT / "pyproject.toml", repo / "pyproject.toml")
+  shutil.copytree(ROOT / "requirements", repo / "requirements")
   python = repo / ".venv" / "bin" / "python"
   python.write_text(f"#!/bin/sh\nPYTHONPATH={ROOT} exec {sys.executable} \"$@\"\n")
   python.chmod(0o755)
-  stamp = hashlib.sha1((repo / "pyproject.toml").read_bytes()).hexdigest()[:12]
-  (repo / ".venv" / f".m3jax-installed-{stamp}").touch()  # installed: the script goes straight to the command
+  # installed (the stamp ./m3 keys on the runtime locks and pyproject.toml): the script goes straight to the command
+  keyed = b"".join((repo / p).read_bytes() for p in ("requirements/runtime.lock", "requirements/weights.lock",
+                                                      "pyproject.toml"))
+  (repo / ".venv" / f".m3jax-installed-runtime-{hashlib.sha1(keyed).hexdigest()[:12]}").touch()
   for tool in ("ffmpeg", "espeak-ng", "sox"):  # present, so the script never reaches for apt
     if shutil.which(tool) is None:
       (tools / tool).write_text("#!/bin/sh\n")
