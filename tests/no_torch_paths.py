@@ -1,10 +1,13 @@
-"""Every runtime command, run where `import torch` fails (`python -S tests/no_torch_paths.py WORKDIR SITE_PACKAGES`).
+"""Every runtime command, run where `import torch` fails.
+
+  python -S tests/no_torch_paths.py WORK SITE_PACKAGES OMNI_DIR
 
 torch is a test-only dependency: the runtime install has none. This script hides it before anything else is
 imported, points the m3jax cache at an empty directory (so nothing converted earlier with torch is reused), and
-runs each runtime path on a tiny input: demo, memorize (template and llm writers), ask, eval, chat, serve's
-import and /ask, and `train.py` rl and sft for one step. tests/test_no_torch.py runs it in a subprocess; CI's
-runtime smoke (.ci/) also runs `./m3 demo` in an environment where torch is not installed at all.
+runs each runtime path on a tiny input: demo, memorize (template, llm and omni writers; OMNI_DIR is a tiny random
+Qwen2.5-Omni thinker), ask, eval, chat, serve's import and /ask, and `train.py` rl and sft for one step.
+tests/test_no_torch.py runs it in a subprocess; CI's runtime smoke (.ci/smoke-runtime) also runs `./m3 demo` in an
+environment where torch is not installed at all.
 """
 
 import contextlib
@@ -41,7 +44,7 @@ def run(name: str, main, argv: list[str]) -> str:
   return out.getvalue()
 
 
-def main(work: pathlib.Path, site_packages: pathlib.Path) -> None:
+def main(work: pathlib.Path, site_packages: pathlib.Path, omni: pathlib.Path) -> None:
   _site_without_torch(work, site_packages)
   assert importlib.util.find_spec("torch") is None
   root = pathlib.Path(__file__).resolve().parent.parent
@@ -62,6 +65,9 @@ def main(work: pathlib.Path, site_packages: pathlib.Path) -> None:
   memory, = demo.glob("*_memory")
   run("memorize --writer llm", cli.main, ["memorize", str(video), "--memory", str(work / "mem_llm"), "--writer",
                                           "llm", "--max-clips", "1", "--no-progress"])
+  run("memorize --writer omni", cli.main, ["memorize", str(video), "--memory", str(work / "mem_omni"), "--writer",
+                                           "omni", "--omni-model", str(omni), "--max-clips", "1", "--no-progress",
+                                           "--set", "omni_max_new_tokens=8"])
   run("memorize --writer template", cli.main, ["memorize", str(video), "--memory", str(work / "mem_template"),
                                                "--max-clips", "1", "--no-progress"])
   run("ask", cli.main, ["ask", "--memory", str(memory), "What does the person like to drink?"])
@@ -96,4 +102,4 @@ def main(work: pathlib.Path, site_packages: pathlib.Path) -> None:
 
 
 if __name__ == "__main__":
-  main(pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]))
+  main(*map(pathlib.Path, sys.argv[1:4]))

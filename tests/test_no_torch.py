@@ -13,7 +13,9 @@ SCRIPT = pathlib.Path(__file__).with_name("no_torch_paths.py")
 
 
 def test_every_runtime_command_runs_where_torch_is_not_installed(tmp_path):
-  out = subprocess.run([sys.executable, "-S", str(SCRIPT), str(tmp_path), sysconfig.get_paths()["purelib"]],
+  from test_omni_writer import save_tiny_omni  # made here, with torch: the omni writer's model directory
+  omni = save_tiny_omni(tmp_path / "tiny_omni")
+  out = subprocess.run([sys.executable, "-S", str(SCRIPT), str(tmp_path), sysconfig.get_paths()["purelib"], omni],
                        capture_output=True, text=True, timeout=1500)
   assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-5000:]
   assert "all runtime paths ran without torch" in out.stdout

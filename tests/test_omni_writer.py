@@ -44,6 +44,11 @@ def _byte_tokenizer() -> PreTrainedTokenizerFast:
 
 @pytest.fixture(scope="module")
 def omni_dir(tmp_path_factory):
+  return save_tiny_omni(tmp_path_factory.mktemp("tiny_omni"))
+
+
+def save_tiny_omni(d) -> str:
+  """A tiny random Qwen2.5-Omni thinker with a byte tokenizer, saved as a local HF directory `d`."""
   torch.manual_seed(0)
   cfg = Qwen2_5OmniThinkerConfig(
       audio_config=dict(num_mel_bins=128, encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=32,
@@ -56,7 +61,6 @@ def omni_dir(tmp_path_factory):
       audio_token_index=IDS["<|AUDIO|>"], image_token_index=IDS["<|IMAGE|>"], video_token_index=IDS["<|VIDEO|>"],
       audio_start_token_id=IDS["<|audio_bos|>"], audio_end_token_id=IDS["<|audio_eos|>"],
       vision_start_token_id=IDS["<|vision_bos|>"], vision_end_token_id=IDS["<|vision_eos|>"])
-  d = tmp_path_factory.mktemp("tiny_omni")
   Qwen2_5OmniThinkerForConditionalGeneration(cfg).save_pretrained(str(d))
   tok = _byte_tokenizer()
   assert tok.convert_tokens_to_ids("<|im_end|>") == IDS["<|im_end|>"]
