@@ -27,6 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Bool, Int
 
+from m3jax.models.tokenizer import bytes_to_unicode
+
 _WS = b" \t\n\r"
 _HEX = b"0123456789abcdefABCDEF"
 DEAD = 0
@@ -211,19 +213,6 @@ def merge_constraints(constraints: Sequence[TokenConstraint]) -> tuple[TokenCons
   return merged, [int(c.start) + int(o) for c, o in zip(constraints, offsets)]
 
 
-def _bytes_to_unicode() -> dict[str, int]:
-  """GPT-2's byte-level alphabet (printable stand-ins for the 256 bytes), inverted: character -> byte."""
-  bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-  cs = list(bs)
-  n = 0
-  for b in range(256):
-    if b not in bs:
-      bs.append(b)
-      cs.append(256 + n)
-      n += 1
-  return {chr(c): b for b, c in zip(bs, cs)}
-
-
 def token_bytes(tokenizer) -> list[bytes | None]:
   """Each token id's bytes (None for special/added tokens, which never appear inside constrained text).
   Byte-level BPE (GPT-2, SmolLM2, Qwen) maps its alphabet back to bytes; SentencePiece pieces map '▁' to a space
@@ -232,7 +221,7 @@ def token_bytes(tokenizer) -> list[bytes | None]:
   special = set(tokenizer.all_special_ids) | set(getattr(tokenizer, "added_tokens_decoder", {}) or {})
   decoder = getattr(getattr(tokenizer, "backend_tokenizer", None), "decoder", None)
   byte_level = "ByteLevel" in repr(decoder)
-  inverse = _bytes_to_unicode()
+  inverse = {c: b for b, c in bytes_to_unicode().items()}
   out: list[bytes | None] = []
   for i, piece in enumerate(pieces):
     if i in special or piece is None:

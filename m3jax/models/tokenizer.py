@@ -84,9 +84,9 @@ def gguf_tokenizer(path: str | pathlib.Path):
     raise UnsupportedTokenizer(f"{path}: tokenizer.ggml.add_space_prefix=True is not supported")
   tokens: list[str] = field("tokenizer.ggml.tokens")
   types: list[int] = field("tokenizer.ggml.token_type") or [1] * len(tokens)
-  spelling = set(_bytes_to_unicode().values())
-  to_bytes = _bytes_to_unicode()
-  vocab = {t if set(t) <= spelling else "".join(to_bytes[b] for b in t.encode("utf-8")): i
+  to_char = bytes_to_unicode()
+  spelling = set(to_char.values())
+  vocab = {t if set(t) <= spelling else "".join(to_char[b] for b in t.encode("utf-8")): i
            for i, t in enumerate(tokens)}
   merges = [tuple(m.split(" ")) for m in field("tokenizer.ggml.merges")]
   backend = Tokenizer(models.BPE(vocab=vocab, merges=merges, dropout=None, continuing_subword_prefix="",
@@ -113,7 +113,7 @@ def gguf_tokenizer(path: str | pathlib.Path):
   return TokenizersBackend(tokenizer_object=backend, **{k: v for k, v in kwargs.items() if v is not None})
 
 
-def _bytes_to_unicode() -> dict[int, str]:
+def bytes_to_unicode() -> dict[int, str]:
   """GPT-2's reversible byte -> printable character map (the alphabet byte-level BPE vocabularies are spelled in)."""
   bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
   cs = bs[:]
