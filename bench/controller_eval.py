@@ -10,9 +10,11 @@ questions every dev number was measured on (seeds >= HELDOUT_SEED_START, the dev
 family), `--split test` questions of seeds >= TEST_SEED_START, asked in the two test phrasings per family no train
 or dev episode asks, with the test-only family besides. They are asked over gold-memory graphs built the way
 `train.py rl` builds its task (`memory_qa.make_task`), embedded with MiniLM as the product's memories are. The
-second table (`demo`, the perception-memory fields) is one episode memorized end to end (rendered video -> faces,
-voices, Whisper -> template writer -> graph), asked its own questions: under dev the demo's episode (seed 0, a
-training episode: only comparable with older numbers), under test the first test episode in the demo's shape.
+second table (`perception`, once `demo`) is `--perception-episodes` episodes of the split in the demo's shape (4
+clips, 2 people; test: seeds TEST_SEED_START, +1, ...; dev: HELDOUT_SEED_START, ...) memorized end to end
+(rendered video -> faces, voices, Whisper -> template writer -> graph), each asked its own questions. Each episode
+lives in `--perception-dir`/<episode id>_<hash of the episode and memorize settings>/, and the memorizer resumes on
+the video's content, so a re-run with the same settings reuses the video and the memory and costs only answering.
 
 Every answerer is judged by the `strict` judge first (the truth in the answer's first sentence, no other candidate
 of the slot, declines alone; the RL reward's default) and by `contains` beside it (the older numbers' judge), and
@@ -23,13 +25,15 @@ declines, rounds / searches / format errors and seconds per question (the rules 
 the searches it runs). `--records` gets one JSON line per question and answerer: question, truth, answer, both
 verdicts, the trajectory's searches, rounds and seconds, so any number can be checked.
 Final line: RESULT trained=… trained_lo=… trained_hi=… rules=… untrained=… diff_rules=… diff_rules_lo=…
-diff_rules_hi=… n=… (then rules_lo/hi, diff_untrained…, the contains and llm columns, demo_trained=… demo_rules=…
-demo_untrained=… demo_n=…, split=…) judge=strict; NA where an answerer did not run.
+diff_rules_hi=… n=… (then rules_lo/hi, diff_untrained…, the contains and llm columns, perception_trained=… (with
+_lo/_hi) perception_rules=… perception_untrained=… perception_diff_rules=… (_lo, _hi) perception_n=…
+perception_episodes=…, split=…) judge=strict; NA where an answerer did not run.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import os
 import pathlib
@@ -175,9 +179,19 @@ def question_records(task: str, split: str, kind: str, records, answers, s: dict
           for r, a, st, ct, d in zip(records, answers, s["correct"], s["contains_correct"], details)]
 
 
-def demo_task(out_dir: pathlib.Path, seed: int | None = None):
-  """The demo episode (or episode `seed` in the demo's shape) memorized end to end (resuming in `out_dir`):
-  (graphs, records, embedder)."""
+def perception_key(episode, memorize) -> str:
+  """A short hash of what decides a memorized episode: the episode's config (its seed decides the script, the rest
+  its size and media) and the memorize settings. Part of the episode's directory name, so changed settings get a
+  fresh directory instead of a stale memory."""
+  blob = json.dumps({"episode": dataclasses.asdict(episode), "memorize": dataclasses.asdict(memorize)},
+                    sort_keys=True, default=str)
+  return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def perception_task(root: pathlib.Path, seeds: list[int], progress: bool = True):
+  """Episodes `seeds` in the demo's shape, each rendered and memorized end to end in its own directory under
+  `root` (reused: the render when its annotations exist, the memory by the memorizer's resume), asked their own
+  questions: (graphs, records, embedder), records[i].memory_id indexing graphs."""
   from m3jax.agent.demo import DemoConfig, episode_questions
   from m3jax.agent.memorize import Memorizer, load_memory
   from m3jax.agent.perceive import PerceptionModels
@@ -185,19 +199,27 @@ def demo_task(out_dir: pathlib.Path, seed: int | None = None):
   from m3jax.data.memory_qa import QARecord
 
   cfg = DemoConfig()
-  ep = make_episode(cfg.episode if seed is None else dataclasses.replace(cfg.episode, seed=seed))
-  video = out_dir / f"{ep.id}.mp4"
-  if not video.exists():
-    render_episode(ep, out_dir)
   models = PerceptionModels.load(cfg.memorize.perception.face_upsample)
-  Memorizer(out_dir / f"{ep.id}_memory", cfg.memorize, models=models).memorize(video, progress=False)
-  graph = load_memory(out_dir / f"{ep.id}_memory")
-  qa = {q["question_id"]: q for q in ep.qa_list}
-  records = [QARecord(question_id=q.question_id, question=q.question, answer=q.answer, memory_id=0,
-                      before_clip=q.before_clip, types=q.question_types, family=qa[q.question_id]["family"],
-                      unanswerable=qa[q.question_id]["unanswerable"],
-                      distractors=tuple(qa[q.question_id]["distractors"])) for q in episode_questions(ep)]
-  return [graph], records, models.text
+  graphs, records = [], []
+  for i, seed in enumerate(seeds):
+    t0 = time.perf_counter()
+    ep_cfg = dataclasses.replace(cfg.episode, seed=seed)
+    ep = make_episode(ep_cfg)
+    work = root / f"{ep.id}_{perception_key(ep_cfg, cfg.memorize)}"
+    video = work / f"{ep.id}.mp4"
+    if not (video.exists() and (work / f"{ep.id}.json").exists()):  # the annotations are written last
+      render_episode(ep, work)
+    Memorizer(work / "memory", cfg.memorize, models=models).memorize(video, progress=False)
+    graphs.append(load_memory(work / "memory"))
+    qa = {q["question_id"]: q for q in ep.qa_list}
+    records += [QARecord(question_id=q.question_id, question=q.question, answer=q.answer, memory_id=i,
+                         before_clip=q.before_clip, types=q.question_types, family=qa[q.question_id]["family"],
+                         unanswerable=qa[q.question_id]["unanswerable"],
+                         distractors=tuple(qa[q.question_id]["distractors"])) for q in episode_questions(ep)]
+    if progress:
+      print(f"perception episode {ep.id}: {len(ep.qa_list)} questions, memorized in {work} "
+            f"({time.perf_counter() - t0:.1f} s)", flush=True)
+  return graphs, records, models.text
 
 
 def machine() -> str:
@@ -217,7 +239,7 @@ def result_line(results: dict, diffs: dict, n: int, split: str) -> str:
 
   def diff(task, b, i=0, judge="strict"):
     return f"{diffs[task][b, judge][i]:.3f}" if (b, judge) in diffs.get(task, {}) else "NA"
-  g = "gold"
+  g, p = "gold", "perception"
   fields = [("trained", fmt(g, "trained")), ("trained_lo", fmt(g, "trained", "accuracy_lo")),
             ("trained_hi", fmt(g, "trained", "accuracy_hi")), ("rules", fmt(g, "rules")),
             ("untrained", fmt(g, "untrained")), ("diff_rules", diff(g, "rules")),
@@ -231,12 +253,17 @@ def result_line(results: dict, diffs: dict, n: int, split: str) -> str:
             ("diff_rules_contains", diff(g, "rules", 0, "contains")),
             ("trained_llm_judge", fmt(g, "trained", "llm_judge")), ("rules_llm_judge", fmt(g, "rules", "llm_judge")),
             ("llm_judge_false_accept", fmt(g, "rules", "llm_judge_false_accept")),
-            ("demo_trained", fmt("demo", "trained")), ("demo_rules", fmt("demo", "rules")),
-            ("demo_untrained", fmt("demo", "untrained")), ("demo_diff_rules", diff("demo", "rules")),
-            ("demo_diff_rules_lo", diff("demo", "rules", 1)), ("demo_diff_rules_hi", diff("demo", "rules", 2)),
-            ("demo_trained_contains", fmt("demo", "trained", "contains")),
-            ("demo_rules_contains", fmt("demo", "rules", "contains")),
-            ("demo_n", str(results.get("demo_n", 0))), ("split", split), ("judge", "strict")]
+            ("perception_trained", fmt(p, "trained")), ("perception_trained_lo", fmt(p, "trained", "accuracy_lo")),
+            ("perception_trained_hi", fmt(p, "trained", "accuracy_hi")), ("perception_rules", fmt(p, "rules")),
+            ("perception_rules_lo", fmt(p, "rules", "accuracy_lo")),
+            ("perception_rules_hi", fmt(p, "rules", "accuracy_hi")),
+            ("perception_untrained", fmt(p, "untrained")), ("perception_diff_rules", diff(p, "rules")),
+            ("perception_diff_rules_lo", diff(p, "rules", 1)), ("perception_diff_rules_hi", diff(p, "rules", 2)),
+            ("perception_trained_contains", fmt(p, "trained", "contains")),
+            ("perception_rules_contains", fmt(p, "rules", "contains")),
+            ("perception_diff_rules_contains", diff(p, "rules", 0, "contains")),
+            ("perception_n", str(results.get("perception_n", 0))),
+            ("perception_episodes", str(results.get("perception_episodes", 0))), ("split", split), ("judge", "strict")]
   return "RESULT " + " ".join(f"{k}={v}" for k, v in fields)
 
 
@@ -251,22 +278,28 @@ def main() -> None:
   ap.add_argument("--base", default="smollm2-135m-instruct", help="the base model (trained and untrained)")
   ap.add_argument("--embedder", default="minilm", help="as train.py rl: minilm, hashed or *.embedder.json")
   ap.add_argument("--no-llm-judge", action="store_true", help="skip the llm judge column")
-  ap.add_argument("--tasks", default="gold,demo", help="comma list of gold (gold-memory graphs; heldout is its old "
-                                                       "name), demo (one episode memorized end to end)")
+  ap.add_argument("--tasks", default="gold,perception", help="comma list of gold (gold-memory graphs; heldout is "
+                                                             "its old name), perception (episodes memorized end to "
+                                                             "end; demo is its old name)")
   ap.add_argument("--slots", type=int, default=24, help="controller KV-cache rows (continuous batching)")
-  ap.add_argument("--demo-dir", default="runs/controller_eval_demo", help="where the demo episode is memorized")
+  ap.add_argument("--perception-episodes", type=int, default=10,
+                  help="episodes memorized end to end (issue 41 asks >= 10 and >= 120 questions on test)")
+  ap.add_argument("--perception-dir", default="runs/controller_eval_perception",
+                  help="where they are rendered and memorized (a directory per episode and settings, reused)")
   ap.add_argument("--records", default=None, help="per-question JSONL (default runs/controller_eval/<split>.jsonl)")
   args = ap.parse_args()
   kinds = [k for k in args.answerers.split(",") if k]
   if args.adapter and "trained" not in kinds:
     kinds.insert(0, "trained")
-  tasks = ["gold" if t == "heldout" else t for t in args.tasks.split(",") if t]
+  tasks = [{"heldout": "gold", "demo": "perception"}.get(t, t) for t in args.tasks.split(",") if t]
   bad = [k for k in kinds if k not in ("rules", "untrained", "trained")] + [t for t in tasks
-                                                                            if t not in ("gold", "demo")]
-  if bad or not tasks or args.n < 1 or args.slots < 1 or (args.adapter and not pathlib.Path(args.adapter).is_file()):
+                                                                            if t not in ("gold", "perception")]
+  missing = args.adapter and not pathlib.Path(args.adapter).is_file()
+  if bad or not tasks or min(args.n, args.slots, args.perception_episodes) < 1 or missing:
     sys.exit(f"controller_eval: answerers must be rules/untrained/trained, an --adapter must be a file, "
-             f"tasks gold/demo, n and slots >= 1; got {args.answerers!r}, {args.tasks!r}, adapter={args.adapter!r}, "
-             f"n={args.n}, slots={args.slots}")
+             f"tasks gold/perception, n, slots and perception episodes >= 1; got {args.answerers!r}, {args.tasks!r}, "
+             f"adapter={args.adapter!r}, n={args.n}, slots={args.slots}, "
+             f"perception episodes={args.perception_episodes}")
   out_path = pathlib.Path(args.records or f"runs/controller_eval/{args.split}.jsonl")
   out_path.parent.mkdir(parents=True, exist_ok=True)
 
@@ -276,10 +309,10 @@ def main() -> None:
   embed = make_embedder(args.embedder)
   dim = int(np.asarray(embed(["x"])).shape[-1])
   llm_judge = None if args.no_llm_judge else make_judge("llm", args.base)
-  # under dev the demo's own episode (seed 0, a training episode); under test the first test episode in its shape
-  demo_seed = TEST_SEED_START if args.split == "test" else None
+  first = TEST_SEED_START if args.split == "test" else HELDOUT_SEED_START
+  seeds = list(range(first, first + args.perception_episodes))
   tasks = {t: split_task(args.n, args.split, embed, dim) + (embed,) if t == "gold"
-           else demo_task(pathlib.Path(args.demo_dir), demo_seed) for t in tasks}
+           else perception_task(pathlib.Path(args.perception_dir), seeds) for t in tasks}
   results: dict = {}
   diffs: dict = {}
   with out_path.open("w") as out:
@@ -296,7 +329,8 @@ def main() -> None:
           out.write(json.dumps(line) + "\n")
         out.flush()
       diffs[task] = paired_differences(results, task)
-  results["demo_n"] = len(tasks["demo"][1]) if "demo" in tasks else 0
+  results["perception_n"] = len(tasks["perception"][1]) if "perception" in tasks else 0
+  results["perception_episodes"] = len(tasks["perception"][0]) if "perception" in tasks else 0
   print(result_line(results, diffs, len(tasks["gold"][1]) if "gold" in tasks else 0, args.split))
 
 

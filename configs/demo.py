@@ -1,8 +1,10 @@
 """m3jax demo --config configs/demo.py
 
-The demo (what `./m3 demo` runs): a 4-clip (2-minute) generated episode with two people, memorized with the
-template writer, its questions answered through the search tools by the shipped trained controller and, side by
-side, the deterministic rule-based answerer, per question type.
+The demo (what `./m3 demo` runs): a 4-clip (2-minute) generated episode with two people from the test split (seed
+2,000,000: never trained on, never used to choose anything), memorized with the template writer, its questions
+answered through the search tools by the shipped trained controller and, side by side, the deterministic rule-based
+answerer, per question type: the strict judge first, contains beside it, and trained − rules with its paired 95%
+interval.
 
   m3jax demo --config configs/demo.py --set "answerers=('trained','untrained','rules')"  # + the prompted base
   m3jax demo --config configs/demo.py --set adapter=runs/rl_controller/adapter.npz       # another controller
@@ -11,11 +13,12 @@ side, the deterministic rule-based answerer, per question type.
 from m3jax.agent.demo import DemoConfig
 from m3jax.agent.memorize import MemorizeConfig
 from m3jax.data.episodes import EpisodeConfig
+from m3jax.data.questions import TEST_SEED_START
 
 
 def get_config() -> DemoConfig:
   return DemoConfig(
-      episode=EpisodeConfig(seed=0, num_clips=4, num_characters=2),
+      episode=EpisodeConfig(seed=TEST_SEED_START, num_clips=4, num_characters=2),
       memorize=MemorizeConfig(),
       answerers=("trained", "rules"),
       out_dir="m3jax_demo",

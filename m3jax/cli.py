@@ -276,7 +276,11 @@ def run_demo(args) -> int:
   config = load_config(args.config) if args.config else DemoConfig()
   result = demo(apply_overrides(config, args.overrides))
   print(format_demo(result))
-  print(json.dumps({"accuracy": result["accuracy"], "identity": result["identity"]}))
+  # accuracy: the strict judge (as bench/controller_eval.py); accuracy_contains: the older judge beside it
+  print(json.dumps({"episode": result["episode"].id, "split": result["split"], "judge": "strict",
+                    "accuracy": result["accuracy"], "accuracy_contains": result["contains"],
+                    "trained_minus_rules": {j: list(v) for j, v in result["differences"].items()},
+                    "identity": result["identity"]}))
   return 0
 
 

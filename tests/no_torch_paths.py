@@ -58,8 +58,10 @@ def main(work: pathlib.Path, site_packages: pathlib.Path, omni: pathlib.Path) ->
   from m3jax import cli
 
   demo = work / "demo"
+  # a small test-split episode (seed >= 2,000,000), as the demo's default is one
   run("demo", cli.main, ["demo", "--set", f"out_dir={demo}", "--set", "progress=False",
-                         "--set", "episode.seed=3", "--set", "episode.num_clips=1", "--set", "episode.num_characters=1",
+                         "--set", "episode.seed=2000003", "--set", "episode.num_clips=1",
+                         "--set", "episode.num_characters=1",
                          "--set", "episode.utterances_per_clip=(1,2)", "--set", "episode.clip_seconds=12.0"])
   video, = demo.glob("*.mp4")
   memory, = demo.glob("*_memory")

@@ -45,8 +45,22 @@ def test_scores_both_judges_with_intervals_and_paired_differences(bench, capsys)
   head = ("RESULT trained=0.800 trained_lo=\\S+ trained_hi=\\S+ rules=0.400 untrained=NA diff_rules=0.400 "
           "diff_rules_lo=\\S+ diff_rules_hi=\\S+ n=10 ")
   assert re.match(head, line), line
-  assert line.endswith("split=test judge=strict") and "demo_trained=NA" in line and "trained_contains=1.000" in line
+  assert line.endswith("split=test judge=strict") and "perception_trained=NA" in line and "trained_contains=1.000" in line
   rows = bench.question_records("gold", "test", "trained", records, trained, results["gold", "trained"],
                                 [{"searches": ["q"], "rounds": 2, "seconds": 0.5}] * len(records))
   assert rows[-1]["strict"] is False and rows[-1]["contains"] is True and rows[-1]["truth"] == "Coffee."
   assert {"question", "truth", "answer", "strict", "contains", "searches", "rounds", "seconds"} <= set(rows[0])
+
+
+def test_perception_directories_are_keyed_on_episode_and_memorize_settings(bench):
+  """A re-run with the same settings finds the same directory (video and memory reused); any change of the
+  episode or of the memorize settings gets another one instead of a stale memory."""
+  import dataclasses
+
+  from m3jax.agent.demo import DemoConfig
+
+  cfg = DemoConfig()
+  key = bench.perception_key(cfg.episode, cfg.memorize)
+  assert key == bench.perception_key(DemoConfig().episode, DemoConfig().memorize) and len(key) == 12
+  assert key != bench.perception_key(dataclasses.replace(cfg.episode, seed=cfg.episode.seed + 1), cfg.memorize)
+  assert key != bench.perception_key(cfg.episode, dataclasses.replace(cfg.memorize, clip_seconds=20.0))

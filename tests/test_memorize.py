@@ -283,6 +283,35 @@ def test_demo_judge_needs_every_part_of_the_truth():
   assert answer_correct("Rachel", "Rachel.") and not answer_correct("", "Rachel.")
 
 
+def test_demo_defaults_to_a_test_episode_scored_strict_and_contains():
+  """The demo's episode is a test-split one, it says so, and a list that holds the truth (paid by `contains`) is
+  wrong under the strict judge, which the demo prints first, with trained − rules and its paired interval."""
+  from m3jax.agent.demo import DemoConfig, demo_scores, episode_questions, format_demo
+  from m3jax.data.questions import TEST_SEED_START, split_of
+
+  cfg = DemoConfig()
+  assert cfg.episode.seed == TEST_SEED_START and split_of(cfg.episode.seed) == "test"
+  assert (cfg.episode.num_clips, cfg.episode.num_characters) == (4, 2)
+  ep = make_episode(cfg.episode)
+  questions = episode_questions(ep)
+  yes_no = ("yes.", "no.")
+  listed = [f"{q.answer} {'. '.join(raw['distractors'])}." if raw["distractors"] and q.answer.lower() not in yes_no
+            else q.answer for q, raw in zip(questions, ep.qa_list)]
+  answers = {"trained": [q.answer for q in questions], "rules": listed}
+  scores = demo_scores(ep, questions, answers)
+  assert scores["accuracy"]["trained"]["all"] == 1.0 and scores["contains"]["rules"]["all"] == 1.0
+  assert scores["accuracy"]["rules"]["all"] < 1.0
+  d, lo, hi = scores["differences"]["strict"]
+  assert d > 0 and lo <= d <= hi and scores["differences"]["contains"] == (0.0, 0.0, 0.0)
+  result = {"episode": ep, "split": "test", "questions": questions, "answers": answers, "seconds": {"trained": 1.0,
+            "rules": 0.1}, "identity": {"purity": 1.0, "completeness": 1.0}, "characters": {}, "video": "v.mp4",
+            "memory_dir": "m", **scores}
+  text = format_demo(result)
+  assert "a test-split episode" in text and "strict (contains)" in text
+  assert "trained − rules, strict: " in text
+  assert "a tie" in format_demo({**result, "differences": {"strict": (0.0, -0.1, 0.1)}})
+
+
 # ------------------------------------------------------------------------------- resume keys and settings
 def test_resume_is_keyed_on_content_and_settings(memory_copy, episode, models, tmp_path):
   import dataclasses
