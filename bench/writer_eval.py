@@ -4,8 +4,10 @@
   python bench/writer_eval.py --adapter runs/sft_writer/writer.npz # + the trained writer
   python bench/writer_eval.py --episodes 2 --writers template,trained --adapter FILE  # what fits a busy CPU
   python bench/writer_eval.py --writers template,ceiling --answerer rules        # what an honest writer can reach
+  python bench/writer_eval.py --split test --writers template,trained --adapter m3jax/data/writer/writer.npz
 
-Each held-out episode (seeds from 1_000_000, never trained on) is rendered and perceived for real once (faces,
+Each evaluated episode (`--split dev`: seeds from 1_000_000, never trained on but used for choices; `--split test`:
+seeds from 2_000_000 with the test phrasings, touched only by final evaluations) is rendered and perceived for real once (faces,
 voices, Whisper; cached in --work, `writer_data.perceive_episode`); every writer then writes the memories of the
 same observations. Writers: `template` (the default), `llm` (the untrained base), `trained` (`--adapter`) and
 `ceiling`, which writes each clip's SFT target (`writer_data.clip_target`: the gold memories kept where the clip's
@@ -24,9 +26,13 @@ voice confused with another's) is lost to every honest writer. Per writer:
   QA          the episode's questions answered over a memory rebuilt from the same perception with this
               writer's memories (`writer_metrics.replay_graph`), by `--answerer`: the shipped trained controller
               (the product's answerer, the default) or the rules baseline; one answerer for every writer.
+              Judged `strict` (first sentence, no other candidate of the slot) with `contains` beside it, each
+              with its 95% Wilson interval; every writer − template with a paired bootstrap interval;
+  fallbacks   clips where an LLM writer's output did not parse and the template's memories were stored instead.
 Final line: RESULT recall_trained=… recall_template=… precision_trained=… hallucinated_per_clip=… (the trained
-writer's) qa_trained_writer=… qa_template_writer=… (n/a without --adapter) … recall_ceiling=…
-qa_ceiling_writer=…
+writer's) qa_trained_writer=… qa_template_writer=… (strict; n/a without --adapter) … recall_ceiling=…
+qa_ceiling_writer=… then per writer qa_W_lo/_hi, qa_W_contains, diff_W (W − template, strict, with _lo/_hi),
+fallbacks_W, split=… judge=strict
 """
 
 from __future__ import annotations
@@ -34,20 +40,22 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
+import json
 import pathlib
 import sys
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from m3jax.agent.demo import ANSWERERS, answer_correct, episode_questions, make_answerer, utterance_spans  # noqa: E402
+from m3jax.agent.demo import ANSWERERS, episode_questions, make_answerer, qa_verdicts, utterance_spans  # noqa: E402
 from m3jax.agent.memorize import default_graph_config  # noqa: E402
 from m3jax.agent.observations import ClipMemories  # noqa: E402
 from m3jax.agent.perceive import PerceptionModels  # noqa: E402
 from m3jax.agent.writers import (CONTRACT_KEYS, LLMWriter, TemplateWriter, WriterOutputError,  # noqa: E402
                                  parse_writer_output, read_adapter_card, writer_chat)
 from m3jax.data.episodes import make_episode  # noqa: E402
-from m3jax.data.questions import HELDOUT_SEED_START  # noqa: E402
+from m3jax.data.questions import HELDOUT_SEED_START, TEST_SEED_START  # noqa: E402
+from m3jax.eval_stats import accuracy_interval, paired_bootstrap  # noqa: E402
 from m3jax.memory.graph import MemoryGraph  # noqa: E402
 from m3jax.sft.writer_data import clip_target, perceive_episode  # noqa: E402
 from m3jax.sft.writer_metrics import ClipPeople, WriterScore, replay_graph, score_clip  # noqa: E402
@@ -90,7 +98,8 @@ class CeilingWriter:
 
 
 def write_episode(kind: str, backend, instruction: str | None, observations, episode=None):
-  """(stored memories, raw memories, seconds, dropped) per clip of one episode, one clip at a time."""
+  """(stored memories, raw memories, seconds, dropped, fell back) per clip of one episode, one clip at a time;
+  `fell back`: an LLM writer's output did not parse, so the template's memories were stored."""
   if kind == "template":
     writer = TemplateWriter()
   elif kind == "ceiling":
@@ -101,7 +110,7 @@ def write_episode(kind: str, backend, instruction: str | None, observations, epi
   for obs in observations:
     if backend is not None:
       backend.last = []
-    dropped = getattr(writer, "dropped", 0)
+    dropped, failures = getattr(writer, "dropped", 0), getattr(writer, "failures", 0)
     t = time.perf_counter()
     mem = writer.write([obs])[0]
     dt = time.perf_counter() - t
@@ -112,13 +121,15 @@ def write_episode(kind: str, backend, instruction: str | None, observations, epi
         raw = epi + sem
       except WriterOutputError:  # fell back to the template memories
         pass
-    out.append((mem, raw, dt, getattr(writer, "dropped", 0) - dropped))
+    out.append((mem, raw, dt, getattr(writer, "dropped", 0) - dropped, getattr(writer, "failures", 0) > failures))
   return out
 
 
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  ap.add_argument("--episodes", type=int, default=10, help="held-out episodes (seeds 1000000, 1000001, ...)")
+  ap.add_argument("--split", default="dev", choices=("dev", "test"),
+                  help="dev: seeds 1000000, ... (choices); test: seeds 2000000, ... (the final evaluation)")
+  ap.add_argument("--episodes", type=int, default=10, help="evaluated episodes (the split's first seeds)")
   ap.add_argument("--adapter", default=None, help="a trained writer's adapter file (adds the trained writer)")
   ap.add_argument("--writers", default=None, help="comma-separated subset of template,llm,trained,ceiling")
   ap.add_argument("--llm", default="smollm2-135m-instruct", help="the untrained llm writer's LLM")
@@ -126,6 +137,8 @@ def main() -> None:
   ap.add_argument("--max-new-tokens", type=int, default=384)
   ap.add_argument("--answerer", default="trained", choices=ANSWERERS, help="who answers the QA questions")
   ap.add_argument("--slots", type=int, default=24, help="controller KV-cache rows (continuous batching)")
+  ap.add_argument("--records", default=None, help="per-question JSONL: question, truth, each writer's answer and "
+                  "verdicts")
   args = ap.parse_args()
   if args.episodes < 1:
     ap.error("--episodes must be >= 1")
@@ -141,9 +154,10 @@ def main() -> None:
     return models[0]
 
   t = time.perf_counter()
-  episodes = [perceive_episode(make_episode(dataclasses.replace(base, seed=HELDOUT_SEED_START + i)), args.work,
+  first = TEST_SEED_START if args.split == "test" else HELDOUT_SEED_START
+  episodes = [perceive_episode(make_episode(dataclasses.replace(base, seed=first + i)), args.work,
                                models=load_models) for i in range(args.episodes)]
-  print(f"{args.episodes} held-out episodes rendered and perceived (or loaded) in {time.perf_counter() - t:.0f} s",
+  print(f"{args.episodes} {args.split} episodes rendered and perceived (or loaded) in {time.perf_counter() - t:.0f} s",
         flush=True)
   embed = load_models().text
   backends = {}
@@ -156,36 +170,53 @@ def main() -> None:
   scores = {w: WriterScore() for w in writers}
   graphs = {w: [] for w in writers}  # one memory per (writer, episode), answered together at the end
   questions: list = []
+  distractors: list[tuple[str, ...]] = []  # per question: the other values of its slot (the strict judge)
   dropped = {w: 0 for w in writers}
+  fallbacks = {w: 0 for w in writers}
   for seen in episodes:
     ep = seen.episode
     spans = utterance_spans(ep)
     questions += [dataclasses.replace(q, graph_index=len(graphs[writers[0]])) for q in episode_questions(ep)]
+    distractors += [tuple(q.get("distractors", ())) for q in ep.qa_list]
     for w in writers:
       backend, instruction = backends.get(w, (None, None))
       written = write_episode(w, backend, instruction, seen.observations, ep)
-      for obs, (mem, raw, dt, n_dropped) in zip(seen.observations, written):
+      for obs, (mem, raw, dt, n_dropped, fell_back) in zip(seen.observations, written):
         score_clip(scores[w], ep.gold_memories[obs.clip], mem, raw, obs, ClipPeople.of(ep, obs, spans))
         scores[w].seconds += dt
         dropped[w] += n_dropped
+        fallbacks[w] += fell_back
       graphs[w].append(replay_graph(MemoryGraph(default_graph_config()), seen.entities, [m for m, *_ in written],
                                     [o.clip for o in seen.observations], embed))
     print(f"{ep.id}: " + ", ".join(f"{w} recall {scores[w].recall:.3f}" for w in writers), flush=True)
-  qa = {}
+  answers, verdicts = {}, {}
   for w in writers:
     t = time.perf_counter()
     answerer = make_answerer(args.answerer, graphs[w], embed)
     answerer.slots = args.slots
-    answers = answerer.answer(questions)
-    qa[w] = [sum(answer_correct(a, q.answer) for q, a in zip(questions, answers)), len(questions)]
-    print(f"QA over the {w} writer's memories ({args.answerer} answerer): {qa[w][0]}/{qa[w][1]} in "
-          f"{time.perf_counter() - t:.0f} s", flush=True)
-  acc = {w: qa[w][0] / qa[w][1] for w in writers}
+    answers[w] = answerer.answer(questions)
+    for judge in ("strict", "contains"):
+      verdicts[w, judge] = qa_verdicts(questions, answers[w], judge, distractors)
+    print(f"QA over the {w} writer's memories ({args.answerer} answerer): strict {sum(verdicts[w, 'strict'])}/"
+          f"{len(questions)}, contains {sum(verdicts[w, 'contains'])} in {time.perf_counter() - t:.0f} s", flush=True)
+  if args.records:
+    with open(args.records, "w") as f:
+      for i, (q, d) in enumerate(zip(questions, distractors)):
+        f.write(json.dumps({"id": q.question_id, "question": q.question, "truth": q.answer, "distractors": d,
+                            **{w: {"answer": answers[w][i], "strict": verdicts[w, "strict"][i],
+                                   "contains": verdicts[w, "contains"][i]} for w in writers}}) + "\n")
+  qa = {(w, j): accuracy_interval(verdicts[w, j]) for w in writers for j in ("strict", "contains")}
+  acc = {w: qa[w, "strict"][0] for w in writers}
+  diffs = {w: paired_bootstrap(verdicts[w, "strict"], verdicts["template", "strict"])
+           for w in writers if w != "template" and "template" in writers}
   for w in writers:
     s = scores[w]
+    a, lo, hi = qa[w, "strict"]
     print(f"{w:9s} recall {s.recall:.3f} ({s.recalled}/{s.gold})  precision {s.precision:.3f} ({s.correct}/"
           f"{s.written})  valid tags {s.valid_tag_share:.3f}  hallucinated/clip {s.hallucinated_per_clip:.2f}  "
-          f"dropped {dropped[w]}  s/clip {s.seconds_per_clip:.2f}  QA {acc[w]:.3f} ({qa[w][0]}/{qa[w][1]})")
+          f"dropped {dropped[w]}  fallbacks {fallbacks[w]}  s/clip {s.seconds_per_clip:.2f}  "
+          f"QA strict {a:.3f} [{lo:.3f}, {hi:.3f}] contains {qa[w, 'contains'][0]:.3f}"
+          + (f"  − template {diffs[w][0]:+.3f} [{diffs[w][1]:+.3f}, {diffs[w][2]:+.3f}]" if w in diffs else ""))
 
   def fmt(w, value):
     return f"{value:.3f}" if w in scores else "n/a"
@@ -200,7 +231,11 @@ def main() -> None:
         f"qa_template_writer={fmt('template', acc.get('template', 0))} "
         f"recall_llm={recall('llm')} recall_ceiling={recall('ceiling')} "
         f"qa_ceiling_writer={fmt('ceiling', acc.get('ceiling', 0))} episodes={args.episodes} "
-        f"qa_answerer={args.answerer}")
+        f"qa_answerer={args.answerer} n={len(questions)} "
+        + " ".join(f"qa_{w}_lo={qa[w, 'strict'][1]:.3f} qa_{w}_hi={qa[w, 'strict'][2]:.3f} "
+                   f"qa_{w}_contains={qa[w, 'contains'][0]:.3f} fallbacks_{w}={fallbacks[w]}" for w in writers)
+        + "".join(f" diff_{w}={d[0]:.3f} diff_{w}_lo={d[1]:.3f} diff_{w}_hi={d[2]:.3f}" for w, d in diffs.items())
+        + f" split={args.split} judge=strict")
 
 
 if __name__ == "__main__":
