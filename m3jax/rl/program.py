@@ -33,6 +33,7 @@ from m3jax.chunks import ChunkBudget, ChunkConfig
 from m3jax.distributed import DistributedConfig, gather_objects, global_mesh, interleave, shard, to_host
 from m3jax.agent.control import ControlConfig, Controller, Question
 from m3jax.agent.judges import JUDGES, HTTPJudgeConfig, JudgeItem, make_judge
+from m3jax.agent.memorize import MemorizeConfig
 from m3jax.agent.prompts import END_OF_TURN
 from m3jax.data.episodes import EpisodeConfig
 from m3jax.data.memory_qa import QARecord, make_task
@@ -68,6 +69,16 @@ class RLConfig:
   train_seeds: tuple[int, int] = (0, 32)
   eval_seeds: tuple[int, int] = (1_000_000, 1_000_008)
   episode: EpisodeConfig = EpisodeConfig()
+  # perception-built memories (`m3jax.agent.perception_pool`): train-split episodes [lo, hi) in `pool_episode`'s
+  # shape (default the demo's), rendered and memorized end to end with `pool_memorize` (faces, voices, Whisper,
+  # the default writer) and cached under `pool_dir` (built once, reused and grown across runs); DAPO then draws
+  # a question of that pool with probability `pool_ratio`, a gold graph's otherwise (0 = gold graphs only). Its
+  # memories are embedded with MiniLM, so the pool needs embedder="minilm"; the warm start stays on gold graphs
+  pool_seeds: tuple[int, int] = (0, 0)
+  pool_ratio: float = 0.0
+  pool_dir: str = "runs/perception_pool"
+  pool_episode: EpisodeConfig = EpisodeConfig(num_clips=4, num_characters=2)
+  pool_memorize: MemorizeConfig = MemorizeConfig()
   steps: int = 10
   # DAPO draws each unanswerable training question this many times per pass over the training questions (1: as
   # generated, about one in six); more draws give the policy more chances to learn to decline
@@ -154,6 +165,15 @@ class RLConfig:
     if self.outcome_judge not in JUDGES:
       raise ValueError(f"judge={self.outcome_judge!r} (judge or reward.judge); expected one of {', '.join(JUDGES)}")
     check_split(range(*self.train_seeds), "train")
+    if not 0.0 <= self.pool_ratio < 1.0:
+      raise ValueError(f"pool_ratio must be in [0, 1), got {self.pool_ratio}")
+    if self.pool_ratio > 0:
+      if self.pool_seeds[1] <= self.pool_seeds[0]:
+        raise ValueError(f"pool_ratio={self.pool_ratio} needs pool_seeds=(lo, hi) with hi > lo, got {self.pool_seeds}")
+      if self.embedder != "minilm":
+        raise ValueError(f"the perception pool's memories are embedded with MiniLM: set embedder=\"minilm\" "
+                         f"(got {self.embedder!r})")
+      check_split(range(*self.pool_seeds), "train")
     check_split(range(*self.eval_seeds), "heldout")
 
   @property
@@ -197,21 +217,42 @@ class RLProgram:
     n_train = cfg.train_seeds[1] - cfg.train_seeds[0]
     self.train_records = [r for r in records if r.memory_id < n_train]
     self.eval_records = [r for r in records if r.memory_id >= n_train][:cfg.eval_questions]
+    self.pool_records, self.pool_stats = self._perception_pool(len(graphs), graphs)
     self.searcher = MemorySearcher(graphs, embed, SearchConfig())
     self.judge = make_judge(cfg.outcome_judge, cfg.judge_model, cfg.http_judge)
     # the strict judge refuses answers naming another candidate of the slot: each question's, by id
-    self.distractors = {r.question_id: r.distractors for r in records}
+    self.distractors = {r.question_id: r.distractors for r in records + self.pool_records}
     # this process's interleaved shard of the global question order: at every draw the processes' questions
     # together are the one-process run's
-    extra = [r for r in self.train_records if r.unanswerable] * (cfg.unanswerable_repeat - 1)
-    self.dataset = grain.MapDataset.source(self.train_records + extra).shuffle(seed=cfg.seed).repeat()[
-        self.process::self.processes]
+    self.dataset = self._draws(self.train_records, cfg.seed)
+    if self.pool_records:  # a pure function of the seed and the index, like the gold order: resumable
+      self.dataset = grain.MapDataset.mix([self.dataset, self._draws(self.pool_records, cfg.seed + 2)],
+                                          weights=[1.0 - cfg.pool_ratio, cfg.pool_ratio])
+    self.dataset = self.dataset[self.process::self.processes]
     self.batcher = DynamicBatcher(cfg.sampling, cfg.batch_questions, multiple=self.processes)
     self.skipped_questions = 0
     self.stop_ids = tuple(self.tokenizer.encode(END_OF_TURN, add_special_tokens=False))
     self.pad_id = int(self.tokenizer.pad_token_id or 0)
     self.prefill_tokens = self.prefill_tokens_saved = 0  # over every rollout of this program (`Sampler`'s counts)
     self.decode_tokens = self.decode_row_steps = 0  # tokens sampled / batch rows x decode steps run (this process)
+
+  def _draws(self, records: list[QARecord], seed: int):
+    """Endless shuffled passes over `records`, each unanswerable one `unanswerable_repeat` times per pass."""
+    extra = [r for r in records if r.unanswerable] * (self.cfg.unanswerable_repeat - 1)
+    return grain.MapDataset.source(records + extra).shuffle(seed=seed).repeat()
+
+  def _perception_pool(self, offset: int, graphs: list) -> tuple[list[QARecord], list[dict]]:
+    """The perception pool's questions (ids prefixed `pool:`, memory ids past the gold graphs'), its graphs
+    appended to `graphs`, and its per-episode build stats; nothing when `pool_ratio` is 0."""
+    c = self.cfg
+    if not c.pool_ratio:
+      return [], []
+    from m3jax.agent.perception_pool import perceived_episodes
+    pool_graphs, records, _, stats = perceived_episodes(c.pool_dir, range(*c.pool_seeds), c.pool_episode,
+                                                        c.pool_memorize, progress=self.process == 0)
+    graphs.extend(pool_graphs)
+    return [dataclasses.replace(r, question_id=f"pool:{r.question_id}", memory_id=r.memory_id + offset)
+            for r in records], stats
 
   # ------------------------------------------------------------------------------------------- rollouts
   def local_model(self):
