@@ -580,7 +580,8 @@ class RLProgram:
     return {"base_model": c.model, "max_rounds": c.max_rounds, "inter_turn_instruction": c.inter_turn_instruction,
             "max_new_tokens": c.max_new_tokens, "embedder": c.embedder, "steps": c.steps, "seed": c.seed,
             "train_seeds": list(c.train_seeds), "warm_start_steps": c.warm_start_steps,
-            "warm_start_expert": c.warm_start_expert, "init_adapter": pathlib.Path(c.init_adapter).name}
+            "warm_start_expert": c.warm_start_expert, "init_adapter": pathlib.Path(c.init_adapter).name,
+            "pool_seeds": list(c.pool_seeds), "pool_ratio": c.pool_ratio}
 
 
 def _questions(records: list[QARecord], group: int) -> list[Question]:
