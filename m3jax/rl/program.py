@@ -248,6 +248,10 @@ class RLProgram:
     if not c.pool_ratio:
       return [], []
     from m3jax.agent.perception_pool import perceived_episodes
+    if self.processes > 1:  # process 0 builds what is missing (pool_dir is shared storage), the others then read
+      if self.process == 0:
+        perceived_episodes(c.pool_dir, range(*c.pool_seeds), c.pool_episode, c.pool_memorize)
+      gather_objects(None)
     pool_graphs, records, _, stats = perceived_episodes(c.pool_dir, range(*c.pool_seeds), c.pool_episode,
                                                         c.pool_memorize, progress=self.process == 0)
     graphs.extend(pool_graphs)
