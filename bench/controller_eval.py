@@ -32,8 +32,6 @@ perception_episodes=…, split=…) judge=strict; NA where an answerer did not r
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import hashlib
 import json
 import os
 import pathlib
@@ -48,7 +46,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from m3jax.agent.control import Question  # noqa: E402
 from m3jax.agent.judges import JudgeItem, RuleJudge, make_judge, score_answers  # noqa: E402
-from m3jax.data.episodes import QUESTION_TYPES, make_episode  # noqa: E402
+from m3jax.agent.perception_pool import entry_key, perceived_episodes  # noqa: E402
+from m3jax.data.episodes import QUESTION_TYPES  # noqa: E402
 from m3jax.data.memory_qa import make_task, split_questions  # noqa: E402
 from m3jax.data.questions import HELDOUT_SEED_START, TEST_SEED_START  # noqa: E402
 from m3jax.eval import make_embedder  # noqa: E402
@@ -179,47 +178,15 @@ def question_records(task: str, split: str, kind: str, records, answers, s: dict
           for r, a, st, ct, d in zip(records, answers, s["correct"], s["contains_correct"], details)]
 
 
-def perception_key(episode, memorize) -> str:
-  """A short hash of what decides a memorized episode: the episode's config (its seed decides the script, the rest
-  its size and media) and the memorize settings. Part of the episode's directory name, so changed settings get a
-  fresh directory instead of a stale memory."""
-  blob = json.dumps({"episode": dataclasses.asdict(episode), "memorize": dataclasses.asdict(memorize)},
-                    sort_keys=True, default=str)
-  return hashlib.sha256(blob.encode()).hexdigest()[:12]
+perception_key = entry_key  # the cache's key: a short hash of the episode config and the memorize settings
 
 
 def perception_task(root: pathlib.Path, seeds: list[int], progress: bool = True):
-  """Episodes `seeds` in the demo's shape, each rendered and memorized end to end in its own directory under
-  `root` (reused: the render when its annotations exist, the memory by the memorizer's resume), asked their own
-  questions: (graphs, records, embedder), records[i].memory_id indexing graphs."""
-  from m3jax.agent.demo import DemoConfig, episode_questions
-  from m3jax.agent.memorize import Memorizer, load_memory
-  from m3jax.agent.perceive import PerceptionModels
-  from m3jax.data.episode_render import render_episode
-  from m3jax.data.memory_qa import QARecord
-
-  cfg = DemoConfig()
-  models = PerceptionModels.load(cfg.memorize.perception.face_upsample)
-  graphs, records = [], []
-  for i, seed in enumerate(seeds):
-    t0 = time.perf_counter()
-    ep_cfg = dataclasses.replace(cfg.episode, seed=seed)
-    ep = make_episode(ep_cfg)
-    work = root / f"{ep.id}_{perception_key(ep_cfg, cfg.memorize)}"
-    video = work / f"{ep.id}.mp4"
-    if not (video.exists() and (work / f"{ep.id}.json").exists()):  # the annotations are written last
-      render_episode(ep, work)
-    Memorizer(work / "memory", cfg.memorize, models=models).memorize(video, progress=False)
-    graphs.append(load_memory(work / "memory"))
-    qa = {q["question_id"]: q for q in ep.qa_list}
-    records += [QARecord(question_id=q.question_id, question=q.question, answer=q.answer, memory_id=i,
-                         before_clip=q.before_clip, types=q.question_types, family=qa[q.question_id]["family"],
-                         unanswerable=qa[q.question_id]["unanswerable"],
-                         distractors=tuple(qa[q.question_id]["distractors"])) for q in episode_questions(ep)]
-    if progress:
-      print(f"perception episode {ep.id}: {len(ep.qa_list)} questions, memorized in {work} "
-            f"({time.perf_counter() - t0:.1f} s)", flush=True)
-  return graphs, records, models.text
+  """Episodes `seeds` in the demo's shape, each rendered and memorized end to end in its cached entry under
+  `root` (`m3jax.agent.perception_pool`), asked their own questions: (graphs, records, embedder),
+  records[i].memory_id indexing graphs."""
+  graphs, records, embed, _ = perceived_episodes(root, seeds, progress=progress)
+  return graphs, records, embed
 
 
 def machine() -> str:

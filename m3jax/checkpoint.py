@@ -24,7 +24,10 @@ class Checkpointer:
 
   def __init__(self, directory: str | pathlib.Path, max_to_keep: int = 3):
     self.directory = pathlib.Path(directory).absolute()
-    options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True, enable_async_checkpointing=False)
+    # a checkpoint is written to a temporary directory and renamed when complete; one a kill left half-written
+    # is never restored, and is removed when the next run opens the directory
+    options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True, enable_async_checkpointing=False,
+                                           cleanup_tmp_directories=True)
     self._manager = ocp.CheckpointManager(self.directory, options=options, item_names=("arrays", "meta"))
 
   def latest_step(self) -> int | None:
@@ -48,6 +51,11 @@ class Checkpointer:
     except (ValueError, KeyError) as e:
       raise CheckpointError(f"checkpoint {step} in {self.directory} does not match the template: {e}") from e
     return out["arrays"], out["meta"]
+
+  def prune(self, keep: int = 1) -> None:
+    """Deletes all but the newest `keep` checkpoints (a chunk's end: what a commit of the run carries)."""
+    for step in sorted(self._manager.all_steps())[:-keep]:
+      self._manager.delete(step)
 
   def close(self) -> None:
     self._manager.close()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import pathlib
 
 import jax
@@ -141,8 +142,10 @@ def export_adapter_file(path: str | pathlib.Path, model: nnx.Module, kind: str, 
           "targets": list(lora.cfg.targets), **(meta or {})}
   path = pathlib.Path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
-  with open(path, "wb") as f:
+  tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")  # renamed when complete: a kill leaves old or new
+  with open(tmp, "wb") as f:
     np.savez_compressed(f, __meta__=np.frombuffer(json.dumps(info, sort_keys=True).encode(), np.uint8), **arrays)
+  os.replace(tmp, path)
   return path
 
 

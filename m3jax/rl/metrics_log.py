@@ -6,6 +6,8 @@ import json
 import math
 import pathlib
 
+from m3jax.chunks import write_atomic
+
 
 class MetricsLog:
   """One JSON line and one TensorBoard scalar set per step; `plot()` draws the main curves from the JSONL."""
@@ -18,7 +20,7 @@ class MetricsLog:
     self.jsonl = self.dir / "metrics.jsonl"
     if self.jsonl.exists():  # a resumed run rewrites the steps after its checkpoint
       kept = [l for l in self.jsonl.read_text().splitlines() if l.strip() and _step_of(l) <= resume_step]
-      self.jsonl.write_text("".join(l + "\n" for l in kept))
+      write_atomic(self.jsonl, "".join(l + "\n" for l in kept))  # a kill here must not lose the curve
     self._tb = SummaryWriter(str(self.dir / "tb"), purge_step=resume_step + 1 if resume_step else None)
 
   def logged(self, step: int) -> bool:
@@ -44,7 +46,7 @@ class MetricsLog:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [json.loads(l) for l in self.jsonl.read_text().splitlines() if l.strip()]
+    rows = [json.loads(l) for l in self.jsonl.read_text().splitlines() if l.strip()] if self.jsonl.exists() else []
     keys = tuple(k for k in keys if any(k in r for r in rows))
     fig, axes = plt.subplots(1, max(len(keys), 1), figsize=(3.2 * max(len(keys), 1), 2.8), squeeze=False)
     for ax, key in zip(axes[0], keys):

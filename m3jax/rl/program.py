@@ -29,9 +29,11 @@ import grain
 import numpy as np
 
 from m3jax import checkpoint
+from m3jax.chunks import ChunkBudget, ChunkConfig
 from m3jax.distributed import DistributedConfig, gather_objects, global_mesh, interleave, shard, to_host
 from m3jax.agent.control import ControlConfig, Controller, Question
 from m3jax.agent.judges import JUDGES, HTTPJudgeConfig, JudgeItem, make_judge
+from m3jax.agent.memorize import MemorizeConfig
 from m3jax.agent.prompts import END_OF_TURN
 from m3jax.data.episodes import EpisodeConfig
 from m3jax.data.memory_qa import QARecord, make_task
@@ -67,6 +69,16 @@ class RLConfig:
   train_seeds: tuple[int, int] = (0, 32)
   eval_seeds: tuple[int, int] = (1_000_000, 1_000_008)
   episode: EpisodeConfig = EpisodeConfig()
+  # perception-built memories (`m3jax.agent.perception_pool`): train-split episodes [lo, hi) in `pool_episode`'s
+  # shape (default the demo's), rendered and memorized end to end with `pool_memorize` (faces, voices, Whisper,
+  # the default writer) and cached under `pool_dir` (built once, reused and grown across runs); DAPO then draws
+  # a question of that pool with probability `pool_ratio`, a gold graph's otherwise (0 = gold graphs only). Its
+  # memories are embedded with MiniLM, so the pool needs embedder="minilm"; the warm start stays on gold graphs
+  pool_seeds: tuple[int, int] = (0, 0)
+  pool_ratio: float = 0.0
+  pool_dir: str = "runs/perception_pool"
+  pool_episode: EpisodeConfig = EpisodeConfig(num_clips=4, num_characters=2)
+  pool_memorize: MemorizeConfig = MemorizeConfig()
   steps: int = 10
   # DAPO draws each unanswerable training question this many times per pass over the training questions (1: as
   # generated, about one in six); more draws give the policy more chances to learn to decline
@@ -122,6 +134,10 @@ class RLConfig:
   seed: int = 1
   out_dir: str = "runs/rl"
   save_every: int = 1
+  keep_checkpoints: int = 2  # a chunk's end prunes to the newest one, the state a commit of out_dir carries
+  # a run as chunks of at most `chunk.max_minutes` (m3jax.chunks): each ends between steps with its state saved
+  # and `out_dir/continue.cmd`, the command that continues it
+  chunk: ChunkConfig = ChunkConfig()
   # (data, fsdp, tensor) over every process's devices: the learner's batch rows are sharded over data x fsdp and
   # each process feeds its rows; rollouts then decode on a local copy of the parameters in every process.
   # None = one device (a single process only)
@@ -133,6 +149,8 @@ class RLConfig:
       raise ValueError(f"advantage={self.advantage!r}; expected 'grpo' or 'taura'")
     if self.steps < 0 or self.batch_questions < 1 or self.group_size < 1 or self.save_every < 1:
       raise ValueError("steps >= 0, batch_questions, group_size and save_every >= 1 are required")
+    if self.keep_checkpoints < 1:
+      raise ValueError(f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
     if self.unanswerable_repeat < 1:
       raise ValueError(f"unanswerable_repeat must be >= 1, got {self.unanswerable_repeat}")
     if self.rollout_slots < 0:
@@ -147,6 +165,15 @@ class RLConfig:
     if self.outcome_judge not in JUDGES:
       raise ValueError(f"judge={self.outcome_judge!r} (judge or reward.judge); expected one of {', '.join(JUDGES)}")
     check_split(range(*self.train_seeds), "train")
+    if not 0.0 <= self.pool_ratio < 1.0:
+      raise ValueError(f"pool_ratio must be in [0, 1), got {self.pool_ratio}")
+    if self.pool_ratio > 0:
+      if self.pool_seeds[1] <= self.pool_seeds[0]:
+        raise ValueError(f"pool_ratio={self.pool_ratio} needs pool_seeds=(lo, hi) with hi > lo, got {self.pool_seeds}")
+      if self.embedder != "minilm":
+        raise ValueError(f"the perception pool's memories are embedded with MiniLM: set embedder=\"minilm\" "
+                         f"(got {self.embedder!r})")
+      check_split(range(*self.pool_seeds), "train")
     check_split(range(*self.eval_seeds), "heldout")
 
   @property
@@ -190,21 +217,46 @@ class RLProgram:
     n_train = cfg.train_seeds[1] - cfg.train_seeds[0]
     self.train_records = [r for r in records if r.memory_id < n_train]
     self.eval_records = [r for r in records if r.memory_id >= n_train][:cfg.eval_questions]
+    self.pool_records, self.pool_stats = self._perception_pool(len(graphs), graphs)
     self.searcher = MemorySearcher(graphs, embed, SearchConfig())
     self.judge = make_judge(cfg.outcome_judge, cfg.judge_model, cfg.http_judge)
     # the strict judge refuses answers naming another candidate of the slot: each question's, by id
-    self.distractors = {r.question_id: r.distractors for r in records}
+    self.distractors = {r.question_id: r.distractors for r in records + self.pool_records}
     # this process's interleaved shard of the global question order: at every draw the processes' questions
     # together are the one-process run's
-    extra = [r for r in self.train_records if r.unanswerable] * (cfg.unanswerable_repeat - 1)
-    self.dataset = grain.MapDataset.source(self.train_records + extra).shuffle(seed=cfg.seed).repeat()[
-        self.process::self.processes]
+    self.dataset = self._draws(self.train_records, cfg.seed)
+    if self.pool_records:  # a pure function of the seed and the index, like the gold order: resumable
+      self.dataset = grain.MapDataset.mix([self.dataset, self._draws(self.pool_records, cfg.seed + 2)],
+                                          weights=[1.0 - cfg.pool_ratio, cfg.pool_ratio])
+    self.dataset = self.dataset[self.process::self.processes]
     self.batcher = DynamicBatcher(cfg.sampling, cfg.batch_questions, multiple=self.processes)
     self.skipped_questions = 0
     self.stop_ids = tuple(self.tokenizer.encode(END_OF_TURN, add_special_tokens=False))
     self.pad_id = int(self.tokenizer.pad_token_id or 0)
     self.prefill_tokens = self.prefill_tokens_saved = 0  # over every rollout of this program (`Sampler`'s counts)
     self.decode_tokens = self.decode_row_steps = 0  # tokens sampled / batch rows x decode steps run (this process)
+
+  def _draws(self, records: list[QARecord], seed: int):
+    """Endless shuffled passes over `records`, each unanswerable one `unanswerable_repeat` times per pass."""
+    extra = [r for r in records if r.unanswerable] * (self.cfg.unanswerable_repeat - 1)
+    return grain.MapDataset.source(records + extra).shuffle(seed=seed).repeat()
+
+  def _perception_pool(self, offset: int, graphs: list) -> tuple[list[QARecord], list[dict]]:
+    """The perception pool's questions (ids prefixed `pool:`, memory ids past the gold graphs'), its graphs
+    appended to `graphs`, and its per-episode build stats; nothing when `pool_ratio` is 0."""
+    c = self.cfg
+    if not c.pool_ratio:
+      return [], []
+    from m3jax.agent.perception_pool import perceived_episodes
+    if self.processes > 1:  # process 0 builds what is missing (pool_dir is shared storage), the others then read
+      if self.process == 0:
+        perceived_episodes(c.pool_dir, range(*c.pool_seeds), c.pool_episode, c.pool_memorize)
+      gather_objects(None)
+    pool_graphs, records, _, stats = perceived_episodes(c.pool_dir, range(*c.pool_seeds), c.pool_episode,
+                                                        c.pool_memorize, progress=self.process == 0)
+    graphs.extend(pool_graphs)
+    return [dataclasses.replace(r, question_id=f"pool:{r.question_id}", memory_id=r.memory_id + offset)
+            for r in records], stats
 
   # ------------------------------------------------------------------------------------------- rollouts
   def local_model(self):
@@ -292,12 +344,15 @@ class RLProgram:
     return float(np.concatenate([o for o in gather_objects(parts.get("outcome", np.zeros(0)))]).mean())
 
   # ------------------------------------------------------------------------------------------- training
-  def warm_start(self, ckpt: checkpoint.Checkpointer | None = None) -> list[dict[str, float]]:
+  def warm_start(self, ckpt: checkpoint.Checkpointer | None = None,
+                 budget: ChunkBudget | None = None) -> list[dict[str, float]]:
     """`warm_start_steps` behaviour-cloning steps on expert trajectories of training questions (in a seeded
     order), then a fresh DAPO learner on the cloned parameters. Returns one metrics dict per step.
 
     With `ckpt`, the cloner's state is saved after every step and a restart continues from the newest one: every
-    step is a pure function of (seed, step), so the result equals an uninterrupted warm start's."""
+    step is a pure function of (seed, step), so the result equals an uninterrupted warm start's. With `budget`,
+    a chunk that runs out stops between steps (fewer than `warm_start_steps` dicts come back, and the DAPO
+    learner is left as it was)."""
     from m3jax.rl.warm_start import ExpertPolicy
 
     c = self.cfg
@@ -318,6 +373,9 @@ class RLProgram:
       start, history = int(meta["step"]), list(meta["history"])
     for step in tqdm(range(start, c.warm_start_steps), initial=start, total=c.warm_start_steps,
                      desc="warm start", unit="step", disable=self.process != 0):
+      if budget is not None and self._chunk_over(budget):
+        self.progress = f"warm start {step}/{c.warm_start_steps}"
+        return history
       t0 = time.perf_counter()
       records = [self.train_records[order[(step * n + i) % len(order)]] for i in range(n)]
       questions = _questions(records, 1)
@@ -332,6 +390,8 @@ class RLProgram:
       history.append(metrics)
       if ckpt is not None:
         ckpt.save(step + 1, cloner.state(), {"step": step + 1, "history": history})
+      if budget is not None:
+        budget.step_done()
     self.learner = Learner(self.model, c.learner, mesh=self.mesh, ref_model=self.ref_model)
     return history
 
@@ -392,12 +452,15 @@ class RLProgram:
     return metrics
 
   def run(self) -> list[dict[str, float]]:
+    """Trains to `steps` from the newest checkpoint, or until the chunk's budget (`chunk`) is spent; then
+    `self.summary` says where the run stands (`step`, `start_step`, `finished`, `progress`)."""
     from tqdm import tqdm
 
     c = self.cfg
+    budget = ChunkBudget(c.chunk)
     out = pathlib.Path(c.out_dir)
     lead = self.process == 0  # writes the logs, plots and the adapter; every process writes checkpoint shards
-    ckpt = checkpoint.Checkpointer(out / "ckpt")
+    ckpt = checkpoint.Checkpointer(out / "ckpt", max_to_keep=c.keep_checkpoints)
     it = iter(self.dataset)
     start, restored = 0, ckpt.latest_step() is not None
     if restored:
@@ -407,10 +470,16 @@ class RLProgram:
       if "batcher" in meta:
         self.batcher.restore(meta["batcher"])
       start = int(meta["step"])
+    self.summary = {"start_step": start, "step": start, "steps": c.steps, "finished": False}
+    self.progress = ""
     log = MetricsLog(out, resume_step=start if restored else -1) if lead else None
     first = None  # the curve's step 0: the warm start's last metrics and the accuracy DAPO starts from
     if not restored:
-      first = self._warm_start_saved(ckpt, it) if c.warm_start_steps else {}
+      first = self._warm_start_saved(ckpt, it, budget) if c.warm_start_steps else {}
+      if first is None:  # the chunk ended inside the warm start (its own checkpoint holds the cloner)
+        return self._end_chunk(ckpt, log, [], dapo=False)
+      if c.warm_start_steps and self._chunk_over(budget):  # the next chunk starts with the step-0 evaluation
+        return self._end_chunk(ckpt, log, [], dapo=True)
     elif start == 0 and not gather_objects(lead and log.logged(0))[0]:  # died in the step-0 evaluation (process
       first = dict(meta.get("warm", {}))                                # 0's log decides, for every process)
     if first is not None and (c.warm_start_steps or c.eval_every):
@@ -418,25 +487,55 @@ class RLProgram:
         first["eval/accuracy"] = self.evaluate()
       if lead:
         log.write(0, first)
-    history = []
+    history, saved = [], start
+    step = start
     for step in tqdm(range(start + 1, c.steps + 1), initial=start, total=c.steps, desc="rl", unit="step",
                      disable=not lead):
+      if self._chunk_over(budget):
+        step -= 1
+        break
       metrics = self.train_step(it, step)
       if c.eval_every and step % c.eval_every == 0:
         metrics["eval/accuracy"] = self.evaluate()
       if lead:
         log.write(step, metrics)
       history.append(metrics)
+      budget.step_done()
       if step % c.save_every == 0 or step == c.steps:
-        # every process's iterator state (gathered: process 0 writes the metadata)
-        ckpt.save(step, self.learner.state(), {"step": step, "data": gather_objects(it.get_state()),
-                                               "batcher": self.batcher.state()})
-    if lead:
+        self._save(ckpt, step, it)
+        saved = step
+    if step != saved:  # the chunk's end: its last step is the state the next chunk continues from
+      self._save(ckpt, step, it)
+    self.summary["step"] = step
+    return self._end_chunk(ckpt, log, history, dapo=True)
+
+  def _save(self, ckpt: checkpoint.Checkpointer, step: int, it) -> None:
+    # every process's iterator state (gathered: process 0 writes the metadata)
+    ckpt.save(step, self.learner.state(), {"step": step, "data": gather_objects(it.get_state()),
+                                           "batcher": self.batcher.state()})
+
+  def _chunk_over(self, budget: ChunkBudget) -> bool:
+    """Whether this chunk stops before its next step: process 0's clock decides for every process."""
+    return bool(gather_objects(budget.exhausted())[0])
+
+  def _end_chunk(self, ckpt: checkpoint.Checkpointer, log: MetricsLog | None, history: list[dict[str, float]],
+                 dapo: bool) -> list[dict[str, float]]:
+    """Closes the chunk: the curve's PNG, the checkpoints pruned to the newest when the run goes on (what a
+    commit of out_dir carries), with LoRA `adapter.npz` as of the step reached, and the summary."""
+    c = self.cfg
+    step = self.summary["step"]
+    self.summary["finished"] = dapo and step >= c.steps
+    if not self.progress:
+      self.progress = f"step {step}/{c.steps}"
+    self.summary["progress"] = self.progress
+    if log is not None:
       log.plot()
       log.close()
+    if self.process == 0 and not self.summary["finished"]:
+      ckpt.prune()
     ckpt.close()
-    if c.lora_rank:
-      self._export_adapter(self.adapter_meta())
+    if c.lora_rank and dapo:
+      self._export_adapter({**self.adapter_meta(), "steps": step})
     return history
 
   def _export_adapter(self, meta: dict[str, Any]) -> None:
@@ -444,13 +543,19 @@ class RLProgram:
     if self.process == 0:
       export_adapter_file(pathlib.Path(self.cfg.out_dir) / "adapter.npz", model, "controller", meta)
 
-  def _warm_start_saved(self, ckpt: checkpoint.Checkpointer, it) -> dict[str, float]:
+  def _warm_start_saved(self, ckpt: checkpoint.Checkpointer, it, budget: ChunkBudget) -> dict[str, float] | None:
     """The warm start (resumable from `out_dir/warm_ckpt`), then at once a step-0 checkpoint of the DAPO
     learner and, with LoRA, `adapter.npz`: a crash in the evaluation or in DAPO keeps the cloned policy and a
-    restart does not clone again. Returns the step-0 metrics."""
+    restart does not clone again. Returns the step-0 metrics, or None when the chunk ended inside the warm
+    start."""
     out = pathlib.Path(self.cfg.out_dir)
-    warm_ckpt = checkpoint.Checkpointer(out / "warm_ckpt")
-    warm = self.warm_start(warm_ckpt)
+    warm_ckpt = checkpoint.Checkpointer(out / "warm_ckpt", max_to_keep=self.cfg.keep_checkpoints)
+    warm = self.warm_start(warm_ckpt, budget)
+    if len(warm) < self.cfg.warm_start_steps:
+      if self.process == 0:
+        warm_ckpt.prune()
+      warm_ckpt.close()
+      return None
     warm_ckpt.close()
     first = {f"warm/{k}": v for k, v in warm[-1].items()}
     ckpt.save(0, self.learner.state(), {"step": 0, "data": gather_objects(it.get_state()), "warm": first})
@@ -479,7 +584,8 @@ class RLProgram:
     return {"base_model": c.model, "max_rounds": c.max_rounds, "inter_turn_instruction": c.inter_turn_instruction,
             "max_new_tokens": c.max_new_tokens, "embedder": c.embedder, "steps": c.steps, "seed": c.seed,
             "train_seeds": list(c.train_seeds), "warm_start_steps": c.warm_start_steps,
-            "warm_start_expert": c.warm_start_expert, "init_adapter": pathlib.Path(c.init_adapter).name}
+            "warm_start_expert": c.warm_start_expert, "init_adapter": pathlib.Path(c.init_adapter).name,
+            "pool_seeds": list(c.pool_seeds), "pool_ratio": c.pool_ratio}
 
 
 def _questions(records: list[QARecord], group: int) -> list[Question]:
@@ -516,6 +622,7 @@ def load_model(cfg: RLConfig):
 
 
 def main(cfg: RLConfig) -> dict[str, Any]:
+  """Runs one chunk; the summary's `chunk` says where the run stands (`m3jax.chunks`)."""
   program = RLProgram(cfg)
   history = program.run()
-  return {"steps": len(history), "last": history[-1] if history else {}}
+  return {"steps": len(history), "last": history[-1] if history else {}, "chunk": program.summary}

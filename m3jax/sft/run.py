@@ -13,6 +13,7 @@ import dataclasses
 import pathlib
 
 from m3jax.agent.perceive import PerceptionConfig
+from m3jax.chunks import ChunkConfig
 from m3jax.data.episodes import EpisodeConfig
 from m3jax.data.questions import check_split, refuse_test_seeds
 from m3jax.distributed import DistributedConfig, global_mesh
@@ -84,6 +85,9 @@ class SFTConfig:
   data_seed: int = 0
   init_seed: int = 0
   train: TrainConfig = TrainConfig()
+  # a run as chunks of at most `chunk.max_minutes` (m3jax.chunks): each ends between steps with its state saved
+  # and `out_dir/continue.cmd`, the command that continues it
+  chunk: ChunkConfig = ChunkConfig()
   # LoRA on the thinker's language model (`m3jax.models.lora`): > 0 trains rank-`lora_rank` adapters on
   # `lora_targets` (scaled by lora_alpha / lora_rank) with every other weight frozen; 0 = full fine-tuning
   lora_rank: int = 0
@@ -178,7 +182,7 @@ def _trainer(cfg: SFTConfig, model, train, evals) -> Trainer:
     return eval_cache
 
   return Trainer(model, cfg.train, cfg.out_dir, lambda k: train[k], eval_batches, progress=cfg.progress,
-                 mesh=_mesh(cfg))
+                 mesh=_mesh(cfg), chunk=cfg.chunk)
 
 
 def save_writer_adapter(cfg: SFTConfig, trainer: Trainer) -> pathlib.Path:
@@ -226,9 +230,11 @@ class _PlainEncoder:
     return self.tok.encode(text, add_special_tokens=False)
 
 
-def main(cfg: SFTConfig) -> list[dict]:
+def main(cfg: SFTConfig) -> tuple[list[dict], dict]:
+  """Runs one chunk: (its records, where the run stands; m3jax.chunks). The writer's adapter file is written at
+  every chunk's end, as of the step reached."""
   trainer = build(cfg)
   history = trainer.run()
   if cfg.writer_llm is not None:
     save_writer_adapter(cfg, trainer)
-  return history
+  return history, trainer.summary()

@@ -23,7 +23,8 @@ import orbax.checkpoint as ocp
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from m3jax.distributed import put_global, replicate_single
+from m3jax.chunks import ChunkBudget, ChunkConfig, write_atomic
+from m3jax.distributed import gather_objects, put_global, replicate_single
 from m3jax.models.lora import LoRAParam
 from m3jax.models.decoder import Decoder
 from m3jax.models.omni.thinker import Thinker
@@ -123,8 +124,8 @@ class Trainer:
 
   def __init__(self, model: Thinker | Decoder, cfg: TrainConfig, out_dir: str | pathlib.Path,
                train_batch: Callable[[int], Batch], eval_batches: Callable[[], Sequence[Batch]],
-               progress: bool = True, mesh: Mesh | None = None):
-    self.model, self.cfg, self.mesh = model, cfg, mesh
+               progress: bool = True, mesh: Mesh | None = None, chunk: ChunkConfig = ChunkConfig()):
+    self.model, self.cfg, self.mesh, self.chunk = model, cfg, mesh, chunk
     self.out = pathlib.Path(out_dir)
     self.out.mkdir(parents=True, exist_ok=True)
     # with LoRA adapters on the language model only they are trained, checkpointed and hold optimizer state
@@ -143,11 +144,13 @@ class Trainer:
     self._tb = None
     self.ckpt = ocp.CheckpointManager(
         (self.out / "checkpoints").absolute(),
-        options=ocp.CheckpointManagerOptions(max_to_keep=cfg.keep_checkpoints, create=True))
+        options=ocp.CheckpointManagerOptions(max_to_keep=cfg.keep_checkpoints, create=True,
+                                             cleanup_tmp_directories=True))
     self._restore()
 
   def _restore(self) -> None:
     last = self.ckpt.latest_step()
+    self._truncate_log(-1 if last is None else int(last))
     if last is None:
       return
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, self._state())
@@ -155,6 +158,21 @@ class Trainer:
     self.params, self.opt_state = restored["model"], restored["opt"]
     nnx.update(self.model, self.params)
     self.step = int(last)
+
+  def _truncate_log(self, step: int) -> None:
+    """Drops the log's records after `step` (the checkpoint resumed from; -1: a fresh run), so a chunk killed
+    after its checkpoint does not leave those steps twice in the curve; a line a kill cut short goes too."""
+    path = self.out / "metrics.jsonl"
+    if not (self.lead and path.exists()):
+      return
+    kept = []
+    for line in path.read_text().splitlines():
+      try:
+        if json.loads(line)["step"] <= step:
+          kept.append(line + "\n")
+      except (ValueError, KeyError):
+        pass
+    write_atomic(path, "".join(kept))
 
   def _eval_loss(self) -> float:
     return _mean_nll(self.graphdef, self.params, self.rest, self.eval_batches(), self.cfg.loss_chunk,
@@ -194,19 +212,26 @@ class Trainer:
     return {"kind": "train", "step": self.step, "loss": loss, "tokens_per_s": tokens / dt, "seconds": dt}
 
   def run(self, kill_after: int | None = None) -> list[dict]:
-    """Trains to cfg.steps (from the restored step). `kill_after`: stop after that many steps (resume tests)."""
+    """Trains to cfg.steps (from the restored step), or until the chunk's budget (`chunk`, m3jax.chunks) is
+    spent, saving the step reached. `kill_after`: stop after that many steps without that last save (a killed
+    run, for resume tests)."""
     from tensorboardX import SummaryWriter
     from tqdm import tqdm
-    self._tb = SummaryWriter(str(self.out / "tensorboard")) if self.lead else None
+    budget = ChunkBudget(self.chunk)
+    self.start_step = self.step
+    self._tb = SummaryWriter(str(self.out / "tensorboard"), purge_step=self.step + 1 if self.step else None) \
+        if self.lead else None
     history: list[dict] = []
     if self.step == 0:
       rec = {"kind": "eval", "step": 0, "loss": self._eval_loss()}
       self._log(rec)
       history.append(rec)
     bar = tqdm(total=self.cfg.steps, initial=self.step, disable=not (self.progress and self.lead), desc="sft")
-    done = 0
+    done, saved = 0, self.step
     try:  # the step donates the parameter buffers; the module gets the live ones back however the loop ends
       while self.step < self.cfg.steps and (kill_after is None or done < kill_after):
+        if bool(gather_objects(budget.exhausted())[0]):  # process 0's clock decides for every process
+          break
         rec = self._train_step()
         done += 1
         self._log(rec)
@@ -217,15 +242,31 @@ class Trainer:
           rec = {"kind": "eval", "step": self.step, "loss": self._eval_loss()}
           self._log(rec)
           history.append(rec)
+        budget.step_done()
         if self.step % self.cfg.checkpoint_every == 0 or self.step == self.cfg.steps:
           self._save()
+          saved = self.step
+      if self.step != saved and kill_after is None:  # the chunk's end: the state the next one continues from
+        self._save()
     finally:
       nnx.update(self.model, self.params)
     bar.close()
     if self.lead:
       self._tb.close()
       plot_curve(self.out / "metrics.jsonl", self.out / "loss.png")
+      if kill_after is None and not self.finished:  # a chunk's end: a commit of out_dir carries the newest one
+        for step in sorted(self.ckpt.all_steps())[:-1]:
+          self.ckpt.delete(step)
     return history
+
+  @property
+  def finished(self) -> bool:
+    return self.step >= self.cfg.steps
+
+  def summary(self) -> dict:
+    """Where the run stands after `run` (m3jax.chunks)."""
+    return {"start_step": getattr(self, "start_step", self.step), "step": self.step, "steps": self.cfg.steps,
+            "finished": self.finished}
 
 
 def plot_curve(metrics: pathlib.Path, png: pathlib.Path) -> None:
