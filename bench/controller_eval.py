@@ -4,6 +4,7 @@
   python bench/controller_eval.py                       # dev (the old held-out set: curves and choices use it)
   python bench/controller_eval.py --n 16 --answerers rules,untrained --tasks gold
   python bench/controller_eval.py --adapter runs/rl_controller/adapter.npz   # another trained adapter
+  python bench/controller_eval.py --join a.jsonl b.jsonl stage2=c.jsonl  # one RESULT from runs of one answerer each
 
 Questions come from one split's episodes only (`m3jax.data.questions`): `--split dev` the 96 family-balanced
 questions every dev number was measured on (seeds >= HELDOUT_SEED_START, the dev phrasings and the held-out
@@ -49,7 +50,7 @@ from m3jax.agent.judges import JudgeItem, RuleJudge, make_judge, score_answers  
 from m3jax.agent.perception_pool import entry_key, perceived_episodes  # noqa: E402
 from m3jax.data.episodes import QUESTION_TYPES  # noqa: E402
 from m3jax.data.memory_qa import make_task, split_questions  # noqa: E402
-from m3jax.data.questions import HELDOUT_SEED_START, TEST_SEED_START  # noqa: E402
+from m3jax.data.questions import HELDOUT_SEED_START, NOT_IN_MEMORY, TEST_SEED_START  # noqa: E402
 from m3jax.eval import make_embedder  # noqa: E402
 from m3jax.eval_stats import accuracy_interval, paired_bootstrap  # noqa: E402
 
@@ -234,6 +235,59 @@ def result_line(results: dict, diffs: dict, n: int, split: str) -> str:
   return "RESULT " + " ".join(f"{k}={v}" for k, v in fields)
 
 
+def join_records(files: list[str]) -> None:
+  """Rebuilds the report and RESULT line from per-question JSONL files of earlier runs (one answerer per run
+  fits a deadline; the paired intervals need them side by side). `LABEL=FILE` renames that file's `trained`
+  answerer (another adapter), which is then compared with the shipped `trained` as LABEL − trained. Every answerer
+  of a task must have answered the same questions."""
+  rows: dict = {}
+  split = set()
+  for spec in files:
+    label, _, path = spec.rpartition("=")
+    for line in pathlib.Path(path).read_text().splitlines():
+      r = json.loads(line)
+      kind = label if label and r["answerer"] == "trained" else r["answerer"]
+      key = (r["task"], kind)
+      if r["question_id"] in rows.setdefault(key, {}):
+        sys.exit(f"controller_eval --join: {kind} answered {r['question_id']} ({r['task']}) twice ({path})")
+      rows[key][r["question_id"]] = r
+      split.add(r["split"])
+  if len(split) != 1:
+    sys.exit(f"controller_eval --join: the files mix splits {sorted(split)}")
+  results: dict = {}
+  diffs: dict = {}
+  for task in ("gold", "perception"):
+    kinds = [k for t, k in rows if t == task]
+    if not kinds:
+      continue
+    ids = sorted(rows[task, kinds[0]])
+    for kind in kinds:
+      if sorted(rows[task, kind]) != ids:
+        sys.exit(f"controller_eval --join: {kind} and {kinds[0]} answered different {task} questions")
+      recs = [rows[task, kind][i] for i in ids]
+      s = {"correct": [r["strict"] for r in recs], "contains_correct": [r["contains"] for r in recs]}
+      s["accuracy"], s["accuracy_lo"], s["accuracy_hi"] = accuracy_interval(s["correct"])
+      s["contains"], s["contains_lo"], s["contains_hi"] = accuracy_interval(s["contains_correct"])
+      # a decline is an answer the strict judge accepts against NOT_IN_MEMORY (as `score_answers` counts them)
+      declined = [v.correct for v in STRICT.judge([JudgeItem(r["question"], NOT_IN_MEMORY, r["answer"]) for r in recs])]
+      un = [d for r, d in zip(recs, declined) if r["unanswerable"]]
+      false = [d for r, d in zip(recs, declined) if not r["unanswerable"]]
+      print(f"[{task}] {kind}: strict {s['accuracy']:.3f} [{s['accuracy_lo']:.3f}, {s['accuracy_hi']:.3f}], "
+            f"contains {s['contains']:.3f} [{s['contains_lo']:.3f}, {s['contains_hi']:.3f}]; correct declines "
+            f"{sum(un)}/{len(un)}, false declines {sum(false)}/{len(false)}; n={len(recs)}", flush=True)
+      results[task, kind] = s
+    diffs[task] = paired_differences(results, task)
+    for other in (k for k in kinds if k not in ("trained", "rules", "untrained") and (task, "trained") in results):
+      for judge, key in (("strict", "correct"), ("contains", "contains_correct")):
+        d, lo, hi = paired_bootstrap(results[task, other][key], results[task, "trained"][key])
+        print(f"[{task}] {other} − trained: {judge} {d:+.3f} [{lo:+.3f}, {hi:+.3f}] (paired bootstrap, 95%)")
+    if task == "perception":
+      results["perception_n"] = len(ids)
+      results["perception_episodes"] = len({i.rsplit("_Q", 1)[0] for i in ids})
+  n = len(next((v for (t, _), v in rows.items() if t == "gold"), {}))
+  print(result_line(results, diffs, n, split.pop()))
+
+
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--split", default="dev", choices=("dev", "test"),
@@ -254,7 +308,11 @@ def main() -> None:
   ap.add_argument("--perception-dir", default="runs/controller_eval_perception",
                   help="where they are rendered and memorized (a directory per episode and settings, reused)")
   ap.add_argument("--records", default=None, help="per-question JSONL (default runs/controller_eval/<split>.jsonl)")
+  ap.add_argument("--join", nargs="+", metavar="[LABEL=]FILE", help="answer nothing: rebuild the report and RESULT "
+                  "from these runs' --records files (LABEL names another adapter's `trained`)")
   args = ap.parse_args()
+  if args.join:
+    return join_records(args.join)
   kinds = [k for k in args.answerers.split(",") if k]
   if args.adapter and "trained" not in kinds:
     kinds.insert(0, "trained")

@@ -64,3 +64,33 @@ def test_perception_directories_are_keyed_on_episode_and_memorize_settings(bench
   assert key == bench.perception_key(DemoConfig().episode, DemoConfig().memorize) and len(key) == 12
   assert key != bench.perception_key(dataclasses.replace(cfg.episode, seed=cfg.episode.seed + 1), cfg.memorize)
   assert key != bench.perception_key(cfg.episode, dataclasses.replace(cfg.memorize, clip_seconds=20.0))
+
+
+def _write(path, answerer, task, verdicts, ids=None):
+  import json
+  with open(path, "w") as f:
+    for i, ok in zip(ids or range(len(verdicts)), verdicts):
+      answer = "Coffee." if ok else "The memory does not say."
+      f.write(json.dumps({"task": task, "split": "test", "answerer": answerer, "question_id": f"episode_2000000_Q{i:02d}",
+                          "question": "What does Ann drink?", "truth": "Coffee.", "answer": answer, "strict": ok,
+                          "contains": ok, "unanswerable": False}) + "\n")
+  return str(path)
+
+
+def test_join_rebuilds_the_result_line_from_separate_runs(bench, tmp_path, capsys):
+  """One answerer per run, joined: the same accuracies, paired differences and declines as one run would give;
+  another adapter's file is compared with the shipped one under its label; mismatched question sets refuse."""
+  trained = _write(tmp_path / "t.jsonl", "trained", "gold", [True] * 8 + [False] * 2)
+  rules = _write(tmp_path / "r.jsonl", "rules", "gold", [True] * 4 + [False] * 6)
+  other = _write(tmp_path / "o.jsonl", "trained", "gold", [True] * 9 + [False])
+  bench.join_records([trained, rules, f"stage2={other}"])
+  out = capsys.readouterr().out
+  fields = dict(kv.split("=", 1) for kv in out.strip().splitlines()[-1].split()[1:])
+  assert fields["trained"] == "0.800" and fields["rules"] == "0.400" and fields["diff_rules"] == "0.400"
+  assert float(fields["diff_rules_lo"]) > 0 and fields["n"] == "10" and fields["untrained"] == "NA"
+  assert "false declines 2/10" in out and "[gold] stage2 − trained: strict +0.100" in out
+  short = _write(tmp_path / "s.jsonl", "rules", "gold", [True] * 9)
+  with pytest.raises(SystemExit, match="answered different gold questions"):
+    bench.join_records([trained, short])
+  with pytest.raises(SystemExit, match="twice"):
+    bench.join_records([trained, trained])
