@@ -109,3 +109,37 @@ def test_no_train_template_matches_a_dev_or_test_question():
   held = [t for _, t in _split_phrasings("dev") + _split_phrasings("test")]
   assert not [(t, h) for t in train for h in held if regex(t).match(h.format(**values))]
   assert not [(h, t) for t in train for h in held if regex(h).match(t.format(**values))]
+
+
+def test_train_questions_may_name_a_person_by_a_unique_fact_said_before_they_are_asked():
+  """Some training questions name their person by a fact ("the person who lives in Boston", "the nurse"): the fact
+  is true of that person alone, said by them by the question's clip, and the answer is what the named question
+  would have (the person's own fact). Dev and test questions never do."""
+  from m3jax.data.episodes import DESCRIBE_FRACTION, EpisodeConfig, make_episode
+  from m3jax.data.questions import HELDOUT_SEED_START, TEST_SEED_START
+  answers = {"drink": lambda f: [f["drink"]], "dislike": lambda f: [f["dislike"]],
+             "plan": lambda f: [f["plan"]], "job": lambda f: [f["job"]], "city": lambda f: [f["city"]],
+             "object_place": lambda f: [f["furniture"], f["moved_to"]], "object_from": lambda f: [f["furniture"]]}
+  described = total = 0
+  for seed in range(60):
+    ep = make_episode(EpisodeConfig(seed=seed, num_clips=4, num_characters=3))
+    for q in ep.qa_list:
+      total += 1
+      if "described" not in q:
+        continue
+      described += 1
+      kind = q["described"]
+      value = next(c.facts[kind] for c in ep.characters if c.facts[kind] in q["question"] or
+                   (kind == "job" and f"the {c.facts[kind]}" in q["question"]))
+      who = [c for c in ep.characters if c.facts[kind] == value]
+      assert len(who) == 1 and kind != q["family"], q
+      assert not [c.name for c in ep.characters if c.name in q["question"]], q  # no name given away
+      said = [u for s in ep.clips for u in s.utterances if u.speaker == who[0].name and u.kind == kind]
+      assert said and said[0].clip <= q["before_clip"] and said[0].clip in q["evidence_clips"], q
+      truth = q["answer"].rstrip(".").lower().removeprefix("on the ").removeprefix("the ")
+      assert truth in [v.lower() for v in answers[q["family"]](who[0].facts)], q
+  assert 0.05 * total <= described <= DESCRIBE_FRACTION * total, (described, total)  # 8% at 0.3
+  for start in (HELDOUT_SEED_START, TEST_SEED_START):
+    for seed in range(start, start + 40):
+      assert not [q for q in make_episode(EpisodeConfig(seed=seed, num_clips=4, num_characters=3)).qa_list
+                  if "described" in q]
