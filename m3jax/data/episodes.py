@@ -7,7 +7,8 @@ Distractors are seeded in: two people may like the same drink, live in the same 
 From the script we derive M3-Bench-format annotations (questions of the five types in the families and phrasings
 of `m3jax.data.questions`, answers, `before_clip`, evidence clip ids, plus `family`, `phrasing`, `heldout` (a dev
 or test episode), `unanswerable` and `distractors`: the episode's other values of the answer's slot, which a strict
-judge refuses beside the truth) and the gold memories an ideal memorizer would write per clip.
+judge refuses beside the truth; in training episodes `described` where the question names its person by a fact
+instead of a name: `DESCRIBE_FRACTION`) and the gold memories an ideal memorizer would write per clip.
 Everything here is pure Python on a seeded `numpy.random.Generator`, so the same seed gives the same episode
 whatever PYTHONHASHSEED is; `m3jax.data.episode_render` turns it into an mp4.
 
