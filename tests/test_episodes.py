@@ -149,7 +149,7 @@ def test_dev_and_test_episodes_are_unchanged_by_new_training_phrasings():
       "d2fc7fa814f4b5b935082fe9b5cbf8a0a86dc19bcc41e2b7a967edfabf4552d7")
   assert digest(range(TEST_SEED_START, TEST_SEED_START + 20)) == (
       "af9b21ca0d5ab768350394ffd4cdd604ff9faeb7a1dae14c0d64aaaa5264afdf")
-  assert digest(range(20)) == "f68a8a24a6d6c1ff8cd1e992ee3565200393947b63f48359094fff71fd41d245"
+  assert digest(range(20)) == "35ad9b4140fa42fb2eb27876199a72941a54a35db1baee5d26869c78e7eb883b"
 
 
 def test_dev_and_test_annotations_are_byte_identical():
