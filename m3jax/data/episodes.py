@@ -7,7 +7,8 @@ Distractors are seeded in: two people may like the same drink, live in the same 
 From the script we derive M3-Bench-format annotations (questions of the five types in the families and phrasings
 of `m3jax.data.questions`, answers, `before_clip`, evidence clip ids, plus `family`, `phrasing`, `heldout` (a dev
 or test episode), `unanswerable` and `distractors`: the episode's other values of the answer's slot, which a strict
-judge refuses beside the truth) and the gold memories an ideal memorizer would write per clip.
+judge refuses beside the truth; in training episodes `described` where the question names its person by a fact
+instead of a name: `DESCRIBE_FRACTION`) and the gold memories an ideal memorizer would write per clip.
 Everything here is pure Python on a seeded `numpy.random.Generator`, so the same seed gives the same episode
 whatever PYTHONHASHSEED is; `m3jax.data.episode_render` turns it into an mp4.
 
@@ -372,8 +373,46 @@ def _drafts(rng, chars, clips, rules, test: bool = False) -> tuple[list[Draft], 
   return ok, missing
 
 
+# Training questions that name their person by a fact instead of a name ("the person who lives in Boston", "the
+# nurse"), about one in DESCRIBE_FRACTION. WHY: people ask that way (issue 43), and a controller that only ever saw
+# names learns to resolve names, not people. Train only: dev and test episodes (and every number measured on them)
+# stay what they were, so the form is learned but not yet measured.
+DESCRIBE_FRACTION = 0.3
+# Not `food`: the food of a described person is TEST_FAMILY's question (its templates, "What does the {job} like to
+# eat?", would match it).
+DESCRIBED_FAMILIES = ("drink", "dislike", "plan", "job", "city", "object_place", "object_from")
+# (family, fact) pairs a description must not make: the asked fact itself gives the answer away, and the others
+# would be hop families asked in dev (the drink of the person who lives in X is HELDOUT_FAMILY; the plan of the
+# person who likes X is hop_plan, whose dev phrasings read "the person who drinks X").
+_NOT_DESCRIBED = {("drink", "drink"), ("plan", "plan"), ("job", "job"), ("city", "city"), ("drink", "city"),
+                  ("plan", "drink")}
+_DESCRIPTIONS = {"city": lambda f: f"the person who lives in {f['city']}", "job": lambda f: f"the {f['job']}",
+                 "drink": lambda f: f"the person who likes {f['drink']}",
+                 "plan": lambda f: f"the person going to the {f['plan']} tomorrow",
+                 "food": lambda f: f"the person whose favourite food is {f['food']}"}
+
+
+def _describe(rng, d: Draft, template: str, chars, clips) -> tuple[Draft, str] | None:
+  """`d` with its person named by a fact the memory holds by the time it is asked (said by them, no later than
+  `d.before_clip` when set, and true of nobody else in the episode), or None when no such fact fits: `template`
+  names the person more than once, or as a possessive where only a job fits ("the nurse's keys")."""
+  if d.family not in DESCRIBED_FAMILIES or d.unanswerable or template.count("{name}") != 1:
+    return None
+  c = next(c for c in chars if c.name == d.slots["name"])
+  kinds = ("job",) if "{name}'s" in template else tuple(_DESCRIPTIONS)
+  facts = [u for kind in kinds if (d.family, kind) not in _NOT_DESCRIBED and _unique(chars, kind, c.facts[kind])
+           for u in _said(clips, kind, c.name)[:1] if d.before_clip is None or u.clip <= d.before_clip]
+  if not facts:
+    return None
+  u = facts[int(rng.integers(len(facts)))]
+  slots = {**d.slots, "name": _DESCRIPTIONS[u.kind](c.facts), "described_by": c.facts[u.kind]}
+  return dataclasses.replace(d, slots=slots, evidence=d.evidence + (u,), why=f"{d.why}; {c.name}: {u.text}"), u.kind
+
+
 def _questions(rng, ep_id, config, chars, clips, rules) -> list[dict[str, Any]]:
-  """Questions of the five M3-Bench types, phrased for the seed's split. About one in six is unanswerable."""
+  """Questions of the five M3-Bench types, phrased for the seed's split. About one in six is unanswerable; in
+  training episodes about DESCRIBE_FRACTION of those `_describe` can name by a fact do (`described`: the fact's
+  kind)."""
   split = split_of(config.seed)
   ok, missing = _drafts(rng, chars, clips, rules, test=split == "test")
   k = min(len(missing), max(1, len(ok) // 5))
@@ -384,6 +423,11 @@ def _questions(rng, ep_id, config, chars, clips, rules) -> list[dict[str, Any]]:
     if not pool:
       continue
     phrasing = pool[int(rng.integers(len(pool)))]
+    described = None
+    if split == "train" and rng.random() < DESCRIBE_FRACTION:  # no draw outside training: dev and test unchanged
+      found = _describe(rng, d, FAMILIES[d.family].phrasings[phrasing], chars, clips)
+      if found:
+        d, described = found
     text = FAMILIES[d.family].phrasings[phrasing].format(**d.slots)
     last = d.before_clip if d.before_clip is not None else max((u.clip for u in d.evidence),
                                                                 default=config.num_clips - 1)
@@ -394,6 +438,7 @@ def _questions(rng, ep_id, config, chars, clips, rules) -> list[dict[str, Any]]:
                 "type": list(FAMILIES[d.family].types), "before_clip": int(t // config.clip_seconds) - 1,
                 "evidence_clips": sorted({u.clip for u in d.evidence}), "family": d.family, "phrasing": phrasing,
                 "heldout": split != "train", "unanswerable": d.unanswerable,
+                **({"described": described} if described else {}),
                 "distractors": distractors(d.family, d.answer, chars, rules, d.slots)})
   return out
 

@@ -3,13 +3,19 @@
 WHY: one fixed phrasing per question lets an answerer pass by template matching (the rule answerer's regexes did),
 and numbers measured on the data every choice was made on overstate what the agent does on new data. Episodes
 fall in three splits by seed (`split_of`):
-- train (seeds < HELDOUT_SEED_START): phrasings[:4] of every family but HELDOUT_FAMILY and TEST_FAMILY;
+- train (seeds < HELDOUT_SEED_START): phrasings[:4] and phrasings[8:] of every family but HELDOUT_FAMILY and
+  TEST_FAMILY: 21 a family, the 17 from index 8 on (`m3jax.data.phrasings.TRAIN_MORE`: indirect requests, other word
+  orders, terse and casual forms, yes/no forms only where the answer is Yes or No, forms mined from the M3-Bench
+  questions) added because four let an answerer learn templates instead of questions (issue 43);
 - dev (HELDOUT_SEED_START <= seed < TEST_SEED_START, once called held out): phrasings[4:6] and HELDOUT_FAMILY;
   training curves and every choice (learning rates, teachers, answer cuts) are made on it;
 - test (seeds >= TEST_SEED_START): phrasings[6:8], hand-written apart from the others, HELDOUT_FAMILY in those
   phrasings and TEST_FAMILY, asked nowhere else; only the final evaluation and the demo use it.
-Training code checks its seeds with `check_split` / `refuse_test_seeds`. Train and dev episodes are what they
-were before the test split existed (the test split only adds).
+Training code checks its seeds with `check_split` / `refuse_test_seeds`. Dev episodes are what they were before
+the test split existed (the test split only added), and dev and test episodes are what they were before the
+training phrasings grew: those are appended after the eight original phrasings, so the dev and test pools (and the
+rng draws over them) did not change; train episodes did (tests/test_episodes.py pins all three digests).
+tests/test_phrasings.py checks that no training phrasing equals or nearly equals a dev or test one.
 
 Unanswerable questions reuse the answerable families' phrasings (a fact the person never said, a person who is not
 in the video, a job nobody has, a household item with no rule), so the wording does not give them away. Their
@@ -25,12 +31,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
+from m3jax.data.phrasings import TRAIN_MORE
+
 NOT_IN_MEMORY = "The memory does not say."
 HELDOUT_SEED_START = 1_000_000  # the dev split's first seed (its old name: held out)
 TEST_SEED_START = 2_000_000
 SPLITS = ("train", "dev", "test")
-TRAIN_PHRASINGS = 4  # phrasings[:4] are asked in training episodes, [4:6] in dev ones, [6:] only in test ones
+TRAIN_PHRASINGS = 4  # phrasings[:4] and [8:] are asked in training episodes, [4:6] in dev ones, [6:8] in test ones
 DEV_PHRASINGS = 6
+ORIGINAL_PHRASINGS = 8  # the end of the test phrasings; the training phrasings of `phrasings.TRAIN_MORE` follow
 
 PU, CMR, MDR = "Person Understanding", "Cross-Modal Reasoning", "Multi-Detail Reasoning"
 MHR, GKE = "Multi-Hop Reasoning", "General Knowledge Extraction"
@@ -42,7 +51,7 @@ class Family:
   phrasings: tuple[str, ...]  # str.format templates over the family's slots
 
 
-FAMILIES: dict[str, Family] = {
+_FAMILIES: dict[str, Family] = {
     # ---- Person Understanding: preferences, plans, jobs, cities
     "drink": Family((PU,), (
         "What does {name} like to drink?", "What is {name}'s favourite drink?", "Which drink does {name} enjoy?",
@@ -197,6 +206,9 @@ FAMILIES: dict[str, Family] = {
 }
 HELDOUT_FAMILY = "hop_drink"  # asked in dev and test episodes, never in training ones (its sibling hop_plan is)
 TEST_FAMILY = "hop_food"  # asked only in test episodes: neither training nor any choice made on dev has seen it
+# Every family: its eight original phrasings, then `phrasings.TRAIN_MORE`'s (train only, indices ORIGINAL_PHRASINGS..).
+FAMILIES: dict[str, Family] = {name: Family(fam.types, fam.phrasings + TRAIN_MORE.get(name, ()))
+                               for name, fam in _FAMILIES.items()}
 
 
 def split_of(seed: int) -> str:
@@ -235,16 +247,19 @@ def refuse_test_seeds(seeds: Sequence[int], what: str) -> None:
 
 def phrasing_pool(family: str, split: str) -> tuple[int, ...]:
   """Indices of the phrasings of `family` a `split` episode asks with (empty: the family is not asked). Train asks
-  phrasings[:4], dev phrasings[4:6] (all six of HELDOUT_FAMILY), test phrasings[6:8] (all of TEST_FAMILY); so
-  no phrasing is asked in two splits, except HELDOUT_FAMILY's first six, which are dev's alone."""
+  phrasings[:4] and [8:] (`phrasings.TRAIN_MORE`), dev phrasings[4:6] (all six of HELDOUT_FAMILY), test
+  phrasings[6:8] (all eight of TEST_FAMILY); so no phrasing is asked in two splits, except HELDOUT_FAMILY's first
+  six, which are dev's alone. The dev and test pools are what they were before the training phrasings grew, so
+  dev and test episodes (the same rng draws over the same pools) are byte for byte what they were."""
   split = _canonical(split)
   n = len(FAMILIES[family].phrasings)
   if split == "test":
-    return tuple(range(n)) if family == TEST_FAMILY else tuple(range(DEV_PHRASINGS, n))
+    return tuple(range(ORIGINAL_PHRASINGS)) if family == TEST_FAMILY else tuple(range(DEV_PHRASINGS,
+                                                                                        ORIGINAL_PHRASINGS))
   if family == TEST_FAMILY:
     return ()
   if split == "train":
-    return () if family == HELDOUT_FAMILY else tuple(range(TRAIN_PHRASINGS))
+    return () if family == HELDOUT_FAMILY else tuple(range(TRAIN_PHRASINGS)) + tuple(range(ORIGINAL_PHRASINGS, n))
   return tuple(range(DEV_PHRASINGS)) if family == HELDOUT_FAMILY else tuple(range(TRAIN_PHRASINGS, DEV_PHRASINGS))
 
 
