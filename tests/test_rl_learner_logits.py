@@ -53,3 +53,36 @@ def test_gathered_logits_give_the_dense_update():
     np.testing.assert_allclose([h["loss"] for h in hist], [h["loss"] for h in hist_d], rtol=1e-5)
     for name, err in _rel_errors(jax.device_get(lrn.params), jax.device_get(dense.params)).items():
       assert err < max(10 * noise, 1e-6), f"{name}: gathered vs dense, relative error {err:.2e} ({noise=:.1e})"
+
+
+def test_the_rollouts_log_probs_are_the_learners_old_policy_to_float32():
+  """`RLConfig.recompute_old_logp=False` (the shipped recipe) trains against the sampler's log-probs: the
+  tempered full softmax (top-k/top-p only choose the token), decoded with the adapters merged into the weights
+  through a KV cache. They equal the learner's recomputation (adapters applied, one full forward) at every
+  sampled token as closely as the merged and unmerged learner forwards equal each other (float32 rounding),
+  so recomputing them before an on-policy update buys nothing."""
+  from m3jax.engine.sampling import Sampler, SamplingConfig
+  from m3jax.models import lora
+
+  model = lora.attach(_model(2), lora.LoRAConfig(rank=4), seed=1)
+  for name in ("wq_b", "w_up_b", "w_down_b"):  # nonzero adapters, so merging changes the weights
+    leaf = getattr(model.lora, name)
+    leaf[...] = 0.05 * np.random.default_rng(0).normal(size=leaf[...].shape).astype(np.float32)
+  cfg = SamplingConfig(max_new_tokens=12, temperature=0.6, top_p=0.95, top_k=20, seed=3)
+  prompts = [list(range(3, 3 + n)) for n in (5, 9, 7, 11)]
+  out = Sampler(lora.merged(model), cfg).generate(prompts)
+  t = max(len(p) + len(o) for p, o in zip(prompts, out.tokens))
+  batch = {"tokens": np.zeros((4, t), np.int32), "lengths": np.zeros((4,), np.int32),
+           "mask": np.zeros((4, t), np.float32), "old_logp": np.zeros((4, t), np.float32)}
+  for i, (p, o, lp) in enumerate(zip(prompts, out.tokens, out.logprobs)):
+    n = len(p) + len(o)
+    batch["tokens"][i, :n], batch["lengths"][i] = p + o, n
+    batch["mask"][i, len(p):n], batch["old_logp"][i, len(p):n] = 1.0, lp
+  lcfg = dataclasses.replace(DAPO_CFG, temperature=0.6, micro_batch=0, mini_batches=1)
+  adapters = learner_lib.Learner(model, lcfg).logprobs(batch)[0]
+  merged = learner_lib.Learner(lora.merged(model), lcfg).logprobs(batch)[0]
+  m = batch["mask"] > 0
+  rounding = np.abs(adapters[m] - merged[m]).max()
+  err = np.abs(batch["old_logp"][m] - adapters[m]).max()
+  print(f"rollout vs learner log-probs: max |diff| {err:.2e}; merged vs adapters {rounding:.2e}")
+  assert err < max(10 * rounding, 1e-5), (err, rounding)
