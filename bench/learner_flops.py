@@ -102,6 +102,7 @@ def main() -> None:
   ap.add_argument("--prompt", type=int, default=256)
   ap.add_argument("--completion", type=int, default=256)
   ap.add_argument("--reps", type=int, default=3)
+  ap.add_argument("--no-full", action="store_true", help="skip the full fine-tuning learner (memory, time)")
   ap.add_argument("--bf16", action="store_true", help="also the LoRA learner with compute_dtype=bfloat16 and "
                   "bf16 matmuls (this CPU kind may have AVX512-BF16/AMX)")
   args = ap.parse_args()
@@ -111,7 +112,7 @@ def main() -> None:
         flush=True)
   runs = {"lora": learner_run(8, args.rows, args.prompt, args.completion),
           "lora_dense_logits": learner_run(8, args.rows, args.prompt, args.completion, logit_bucket=0),
-          "full": learner_run(0, args.rows, args.prompt, args.completion),
+          **({} if args.no_full else {"full": learner_run(0, args.rows, args.prompt, args.completion)}),
           **matmul_runs(args.rows, args.prompt + args.completion)}
   if args.bf16:
     runs["lora_bf16"] = learner_run(8, args.rows, args.prompt, args.completion, "bfloat16")
@@ -131,8 +132,9 @@ def main() -> None:
           f"(all ms: {[round(x * 1e3) for x in v]})", flush=True)
   floor = max(rate[k] for k in runs if k not in learners and "bfloat16" not in k)
   print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-  print(f"RESULT lora_gflop_s={rate['lora']:.1f} full_gflop_s={rate['full']:.1f} matmul_gflop_s={floor:.1f} "
-        f"lora_of_floor={rate['lora'] / floor:.3f} full_of_floor={rate['full'] / floor:.3f} "
+  full = "" if args.no_full else f"full_gflop_s={rate['full']:.1f} full_of_floor={rate['full'] / floor:.3f} "
+  print(f"RESULT lora_gflop_s={rate['lora']:.1f} matmul_gflop_s={floor:.1f} lora_of_floor={rate['lora'] / floor:.3f} "
+        + full +
         f"lora_dense_logits_of_floor={rate['lora_dense_logits'] / floor:.3f} "
         f"gathered_logits_speedup={rate['lora'] / rate['lora_dense_logits']:.2f} "
         + (f"lora_bf16_gflop_s={rate['lora_bf16']:.1f} bf16_speedup={rate['lora_bf16'] / rate['lora']:.2f} "
