@@ -7,11 +7,28 @@ retrieval, the 5-round protocol, 48-token turns, sampling T=0.6 / top-p 0.95 / t
 clip-higher) at bench/rl_learn.py's batch: 8 questions x G=4 per step, dynamic sampling of mixed-outcome groups
 over at most 2 generation rounds. It starts from the shipped adapter with no warm start, so the groups are mixed as
 in a real run from it (a prompted 135M model answers nothing and no group would be kept). Each of `--steps`
-`RLProgram.train_step`s is timed: `rollout_s` and `learner_s` as the program measures them, `other_s` the rest of
-the step (judging, batch building, advantages); checkpoints are not written. Medians over the steps.
+`RLProgram.train_step`s is timed; checkpoints are not written.
 
-Printed per step, then the final line:
-RESULT dapo_steps_per_hour=... trajectories_kept_per_hour=... rollout_s=... learner_s=... other_s=...
+Each step's wall time is cut into parts that sum to it exactly (`m3jax.rl.step_work` counts them where they are
+spent): rollout = prefill + decode + search + judge + rollout_rest (the controller's own host work: tokenising,
+parsing, batching, cache forks); learner (old log-probs when recomputed, advantages, the update); other = wall −
+rollout − learner (batch building, dynamic-sampling bookkeeping). Each FLOP-bound part is set against its floor,
+measured in the same run before the steps: `matmul_gflop_s`, the best jitted float32 matmul rate
+(bench/learner_flops.py's shapes and 2048³), and `read_gb_s`, the rate of a jitted sum over as many float32 bytes
+as a decode step's weights. `prefill_of_floor` = model FLOPs of the fresh prefill tokens (`m3jax.rl.flops`,
+causal attention over cached + own positions, one logit row per prefilled row) / matmul rate / prefill seconds;
+`decode_of_floor` = max(decode steps × weight bytes / read rate, sampled tokens' weight FLOPs / matmul rate) /
+decode seconds; `learner_of_floor` = the update's model FLOPs / matmul rate / learner seconds. Search and judging
+run on the host (no FLOP floor). `prefill_fresh_tokens` were computed; `prefill_reused_tokens` were not, because
+a group's rows forked one prefill or a row continued its own cache.
+
+Printed per step (parts summing to the wall), then the final line, where every `*_s`, token and GFLOP key is the
+mean over the steps (means of parts sum to the mean wall `wall_s`) and `dapo_steps_per_hour` is 3600 / the
+median wall:
+RESULT dapo_steps_per_hour=... trajectories_kept_per_hour=... wall_s=... rollout_s=... learner_s=... other_s=...
+prefill_s=... decode_s=... search_s=... judge_s=... rollout_rest_s=... prefill_fresh_tokens=...
+prefill_reused_tokens=... prefill_gflop=... decode_gflop=... learner_gflop=... prefill_of_floor=...
+decode_of_floor=... learner_of_floor=... matmul_gflop_s=... read_gb_s=...
 prefill_tokens_saved=... slot_utilisation=... steps=... updates=... cpu=...
 `prefill_tokens_saved` is the share of prompt tokens not prefilled because a group's rows forked one prefill;
 `slot_utilisation` is sampled tokens / (batch rows x decode steps): how much of each decode step's batch did work;
@@ -28,15 +45,20 @@ import statistics
 import sys
 import time
 
+import jax
+import jax.numpy as jnp
+
 ROOT = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(ROOT.parent))
 
 from competitors import cpu_model  # noqa: E402  (bench/ leads sys.path)
+from learner_flops import matmul_runs  # noqa: E402
 from m3jax.agent.answer import SHIPPED_CONTROLLER  # noqa: E402
 from m3jax.config import apply_overrides, load_config  # noqa: E402
 from m3jax.host_memory import retain_freed_memory  # noqa: E402
 from m3jax.rl.dynamic_sampling import DynamicSamplingConfig  # noqa: E402
+from m3jax.rl.flops import decode_weight_bytes, rollout_flops  # noqa: E402
 from m3jax.rl.program import RLConfig, RLProgram  # noqa: E402
 
 
@@ -45,6 +67,34 @@ def bench_config(out: str) -> RLConfig:
   return dataclasses.replace(recipe, init_adapter=str(SHIPPED_CONTROLLER), warm_start_steps=0, eval_every=0,
                              batch_questions=8, group_size=4, steps=1_000_000, out_dir=out,
                              sampling=DynamicSamplingConfig(enabled=True, max_rounds=2, carry_over=False))
+
+
+def floors(weight_bytes: int, reps: int = 5) -> tuple[float, float]:
+  """(best jitted float32 matmul GFLOP/s, GB/s of a jitted sum over `weight_bytes` float32 bytes), best of
+  `reps` each: what the FLOP-bound parts and the decode's weight reads could reach on this machine now."""
+  def best(fn):
+    fn()  # compile
+    return min(_timed(fn) for _ in range(reps))
+  rate = max(flops / best(run) for run, flops in matmul_runs(4, 512).values()) / 1e9
+  x = jnp.ones((weight_bytes // 4,), jnp.float32)
+  total = jax.jit(jnp.sum)
+  read = weight_bytes / best(lambda: jax.block_until_ready(total(x))) / 1e9
+  return rate, read
+
+
+def _timed(fn) -> float:
+  t0 = time.perf_counter()
+  fn()
+  return time.perf_counter() - t0
+
+
+def step_parts(m: dict, wall: float) -> dict[str, float]:
+  """A step's seconds, cut into parts that sum to `wall` (module docstring)."""
+  p = {k: m.get(f"time/{k}", 0.0) for k in ("prefill_s", "decode_s", "search_s", "judge_s")}
+  p["rollout_rest_s"] = m["time/rollout_s"] - sum(p.values())
+  p["learner_s"] = m.get("time/learn_s", 0.0)
+  p["other_s"] = wall - m["time/rollout_s"] - p["learner_s"]
+  return p
 
 
 def main() -> None:
@@ -58,25 +108,53 @@ def main() -> None:
   print(f"cpu: {cpu}, {os.cpu_count()} cores; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
         flush=True)
   program = RLProgram(apply_overrides(bench_config(args.out), args.overrides))
-  c = program.cfg
+  c, mcfg = program.cfg, program.model.cfg
+  weight_bytes = decode_weight_bytes(mcfg)
+  rate, read = floors(weight_bytes)
+  print(f"floors: matmul {rate:.1f} GFLOP/s, weight read {read:.1f} GB/s ({weight_bytes / 1e6:.0f} MB a decode "
+        f"step)", flush=True)
   it = iter(program.dataset)
-  walls, rollout, learn, kept = [], [], [], []
+  walls, kept, rows = [], [], []
   for step in range(1, args.steps + 1):
+    sampled, row_steps = program.decode_tokens, program.decode_row_steps
     t0 = time.perf_counter()
     m = program.train_step(it, step)
     walls.append(time.perf_counter() - t0)
-    rollout.append(m["time/rollout_s"])
-    learn.append(m.get("time/learn_s", 0.0))
     kept.append(m.get("ds/batch_groups", 0.0) * c.group_size)
-    print(f"step {step}: {walls[-1]:.1f} s (rollout {rollout[-1]:.1f}, learner {learn[-1]:.1f}); "
-          f"{kept[-1]:.0f} trajectories kept; load {os.getloadavg()[0]:.2f}", flush=True)
-  wall = statistics.median(walls)
+    p = step_parts(m, walls[-1])
+    fresh = m["rollout/prefill_tokens"]
+    p["prefill_fresh_tokens"] = fresh
+    p["prefill_reused_tokens"] = m["rollout/prefill_tokens_saved"] + m["work/prefill_reused"]
+    p["prefill_gflop"] = rollout_flops(mcfg, fresh, m["work/prefill_attended"], m["work/prefill_rows"]) / 1e9
+    p["decode_gflop"] = rollout_flops(mcfg, program.decode_tokens - sampled, 0, program.decode_tokens - sampled) / 1e9
+    p["decode_row_steps"] = program.decode_row_steps - row_steps
+    p["decode_floor_s"] = max(m["work/decode_steps"] * weight_bytes / read / 1e9, p["decode_gflop"] / rate)
+    p["learner_gflop"] = m.get("perf/learn_model_gflop_s", 0.0) * p["learner_s"]
+    rows.append(p)
+    print(f"step {step}: {walls[-1]:.1f} s = prefill {p['prefill_s']:.1f} + decode {p['decode_s']:.1f} + search "
+          f"{p['search_s']:.1f} + judge {p['judge_s']:.1f} + rollout rest {p['rollout_rest_s']:.1f} + learner "
+          f"{p['learner_s']:.1f} (update {m.get('time/update_s', 0.0):.1f}) + other {p['other_s']:.1f}; prefill "
+          f"{fresh:.0f} fresh / {p['prefill_reused_tokens']:.0f} reused tokens {p['prefill_gflop']:.1f} GFLOP; "
+          f"decode {m['work/decode_steps']:.0f} steps {p['decode_gflop']:.1f} GFLOP; learner "
+          f"{p['learner_gflop']:.1f} GFLOP; {kept[-1]:.0f} trajectories kept; load {os.getloadavg()[0]:.2f}",
+          flush=True)
+  mean = {k: statistics.fmean(r[k] for r in rows) for k in rows[0]}
+  frac = lambda gflop, s: gflop / rate / s if s > 0 else float("nan")
   saved = program.prefill_tokens_saved / max(program.prefill_tokens + program.prefill_tokens_saved, 1)
   util = program.decode_tokens / max(program.decode_row_steps, 1)
-  print(f"RESULT dapo_steps_per_hour={3600 / wall:.2f} trajectories_kept_per_hour={3600 * sum(kept) / sum(walls):.1f} "
-        f"rollout_s={statistics.median(rollout):.1f} learner_s={statistics.median(learn):.1f} "
-        f"other_s={wall - statistics.median(rollout) - statistics.median(learn):.1f} "
-        f"prefill_tokens_saved={saved:.3f} slot_utilisation={util:.3f} steps={args.steps} "
+  secs = " ".join(f"{k}={mean[k]:.1f}" for k in ("prefill_s", "decode_s", "search_s", "judge_s", "rollout_rest_s"))
+  print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+  print(f"RESULT dapo_steps_per_hour={3600 / statistics.median(walls):.2f} "
+        f"trajectories_kept_per_hour={3600 * sum(kept) / sum(walls):.1f} wall_s={statistics.fmean(walls):.1f} "
+        f"rollout_s={statistics.fmean(walls) - mean['learner_s'] - mean['other_s']:.1f} "
+        f"learner_s={mean['learner_s']:.1f} other_s={mean['other_s']:.1f} {secs} "
+        f"prefill_fresh_tokens={mean['prefill_fresh_tokens']:.0f} "
+        f"prefill_reused_tokens={mean['prefill_reused_tokens']:.0f} prefill_gflop={mean['prefill_gflop']:.1f} "
+        f"decode_gflop={mean['decode_gflop']:.1f} learner_gflop={mean['learner_gflop']:.1f} "
+        f"prefill_of_floor={frac(mean['prefill_gflop'], mean['prefill_s']):.3f} "
+        f"decode_of_floor={mean['decode_floor_s'] / mean['decode_s'] if mean['decode_s'] else float('nan'):.3f} "
+        f"learner_of_floor={frac(mean['learner_gflop'], mean['learner_s']):.3f} matmul_gflop_s={rate:.1f} "
+        f"read_gb_s={read:.1f} prefill_tokens_saved={saved:.3f} slot_utilisation={util:.3f} steps={args.steps} "
         f"updates={sum(k > 0 for k in kept)} cpu={cpu.replace(' ', '_')}")
 
 

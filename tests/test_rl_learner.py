@@ -111,13 +111,16 @@ def test_update_writes_into_the_model_and_moves_the_ratio(reference_run):
   assert all(np.array_equal(a, b) for a, b in zip(leaves, jax.tree.leaves(reference_run["params"])))
 
 
-@pytest.mark.parametrize("mesh_shape,micro,bucket", [((2, 2, 2), 4, 0), ((2, 1, 4), 2, 4)])
-def test_sharded_update_equals_unsharded_accumulation_on_8_devices(reference_run, mesh_shape, micro, bucket):
+@pytest.mark.parametrize("mesh_shape,micro,bucket,logits", [((2, 2, 2), 4, 0, 256), ((2, 1, 4), 2, 4, 256),
+                                                            ((2, 2, 2), 4, 0, 4)])
+def test_sharded_update_equals_unsharded_accumulation_on_8_devices(reference_run, mesh_shape, micro, bucket,
+                                                                   logits):
   """data=2 × fsdp=2 × tensor=2, one 4-row micro-batch per step, or data=2 × tensor=4 with length-bucketed
-  2-row micro-batches (widths 12 and 16 in the first step), vs one device, two 2-row micro-batches."""
+  2-row micro-batches (widths 12 and 16 in the first step), vs one device, two 2-row micro-batches; the last
+  case gathers the trained positions (12 of 16) before the vocabulary projection, sharded like the rows."""
   mesh = parallel.make_mesh(*mesh_shape)
   cfg = learner_lib.LearnerConfig(optim=LCFG.optim, mini_batches=2, micro_batch=micro, length_bucket=bucket,
-                                  seq_chunk=8, vocab_chunk=128)
+                                  seq_chunk=8, vocab_chunk=128, logit_bucket=logits)
   lrn, _ = _learner(cfg, mesh=mesh)
   assert len(lrn.params["wq"].get_value().sharding.device_set) == 8
   hist = lrn.update(dict(reference_run["batch"]), seed=1)

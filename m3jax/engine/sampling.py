@@ -30,6 +30,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import functools
+import time
 from typing import Any, Sequence
 
 import jax
@@ -41,6 +42,7 @@ from jaxtyping import Array, Float, Int
 
 from m3jax.engine.constrained import TokenConstraint
 from m3jax.engine.prefill import TRACES, fork, prefill, prefill_subset, put_rows, scatter_logits, tokens_of
+from m3jax.engine.work import EngineWork
 from m3jax.models.decoder import Decoder
 from m3jax.parallel import named_sharding
 
@@ -186,6 +188,7 @@ class Sampler:
     self.prefill_tokens_saved = 0  # prompt tokens not prefilled because an identical prompt's rows were forked
     self.decode_row_steps = 0  # batch rows x decode steps run (every row of the bucket computes each step)
     self.decode_tokens = 0  # tokens sampled; decode_tokens / decode_row_steps is the decode's slot utilisation
+    self.work = EngineWork()  # seconds and work of prefill and decode (`m3jax.engine.work`)
 
   # ------------------------------------------------------------------------------------------- public API
   def generate(self, prompts: Sequence[Sequence[int]], config: SamplingConfig | None = None, cache=None,
@@ -303,6 +306,7 @@ class Sampler:
     returns (rows, active mask, last-token logits, cache)."""
     if len(new_tokens) > state.batch:
       raise ValueError(f"{len(new_tokens)} rows given but the decode state holds {state.batch}")
+    t0 = time.perf_counter()
     rows = [list(t) if t is not None else None for t in new_tokens] + [None] * (state.batch - len(new_tokens))
     active = np.array([r is not None and len(state.history[b]) + len(r) > 0 for b, r in enumerate(rows)])
     if not active.any():
@@ -332,6 +336,7 @@ class Sampler:
       index = np.arange(state.batch, dtype=np.int32)
       index[list(source)] = list(source.values())
       cache, logits = fork(cache, logits, jnp.asarray(index), jnp.ones((state.batch,), bool))
+    self.work.prefill(t0, logits, cache_len, feed)
     return rows, active, logits, cache
 
   def _prefill_feed(self, cache, feed: list[list[int]], batch: int, cfg: SamplingConfig):
@@ -415,7 +420,7 @@ class Sampler:
 
   def _run_decode(self, cache, logits, idle: np.ndarray, key: jax.Array, cfg: SamplingConfig,
                   constraint: TokenConstraint | None = None, starts: np.ndarray | None = None):
-    B, N = idle.shape[0], cfg.max_new_tokens
+    B, N, t0 = idle.shape[0], cfg.max_new_tokens, time.perf_counter()
     carry = dict(step=jnp.int32(0), logits=logits, done=jnp.asarray(idle), n_gen=jnp.zeros((B,), jnp.int32),
                  tokens=jnp.zeros((B, N), jnp.int32), logp=jnp.zeros((B, N), jnp.float32),
                  key=key)
@@ -445,6 +450,7 @@ class Sampler:
       if done.all() or step >= N:
         break
     self.decode_row_steps += B * int(carry["step"])
+    self.work.decode(t0, int(carry["step"]))
     self.decode_tokens += int(np.asarray(jax.device_get(carry["n_gen"])).sum())
     return carry["tokens"], carry["logp"], carry["n_gen"], carry["done"], cache
 

@@ -45,3 +45,18 @@ def learner_step_flops(cfg: DecoderConfig, lengths: Sequence[int], trained_token
   weights = 1.0 if lora_rank else 2.0  # frozen under LoRA: input gradients only
   backward = weights * (proj + vocab) + 2.0 * attn + 2.0 * adapters
   return {"forward": forward, "backward": backward, "total": forward + backward, "tokens": tokens}
+
+
+def rollout_flops(cfg: DecoderConfig, tokens: int, attended: int, logit_rows: int) -> float:
+  """Model FLOPs of a forward pass over `tokens` tokens that together attend `attended` positions and produce
+  `logit_rows` rows of vocabulary logits: a prefill (one logit row per prefilled row) or decode steps (one per
+  sampled row-step, `tokens` = row-steps; `attended` 0 when unknown: the weights' FLOPs alone)."""
+  proj = 2.0 * sum(a * b for a, b in _projection_shapes(cfg).values()) * cfg.num_layers * tokens
+  attn = 4.0 * cfg.num_heads * cfg.head_dim * cfg.num_layers * float(attended)
+  return proj + attn + 2.0 * cfg.hidden_size * cfg.vocab_size * float(logit_rows)
+
+
+def decode_weight_bytes(cfg: DecoderConfig, itemsize: int = 4) -> int:
+  """Bytes of the weights one decode step must read: every layer's projections and the vocabulary matrix."""
+  return itemsize * (sum(a * b for a, b in _projection_shapes(cfg).values()) * cfg.num_layers
+                     + cfg.hidden_size * cfg.vocab_size)

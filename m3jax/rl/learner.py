@@ -80,6 +80,11 @@ class LearnerConfig:
   length_bucket: int = 0
   seq_chunk: int = 256
   vocab_chunk: int = 8192
+  # > 0: only trained (mask = 1) positions go through the vocabulary projection, gathered per row into a width
+  # rounded up to a multiple of this (`logprobs.gathered_logprobs`; one compilation per width); 0: every
+  # sequence chunk holding a trained token. A 256+256-token SmolLM2 row computes 256 instead of 512 positions'
+  # logits; a multi-turn trajectory's ~200 completion tokens instead of its ~1000-1500
+  logit_bucket: int = 256
   layer_loop: Literal["unroll", "scan"] = "unroll"  # "scan" compiles once for very deep models
   remat: bool = False  # rematerialise each layer in the backward pass (activation memory of one layer)
   # the decoder's activations and matmul inputs in the learner (DecoderConfig.compute_dtype); None: the model's
@@ -93,8 +98,9 @@ class LearnerConfig:
     if self.compute_dtype not in (None, "float32", "bfloat16"):
       raise LearnerConfigError(f"compute_dtype={self.compute_dtype!r}; expected 'float32' or 'bfloat16'")
     if (self.epochs < 1 or self.mini_batches < 1 or self.micro_batch < 0 or self.length_bucket < 0
-        or self.temperature <= 0):
-      raise LearnerConfigError("epochs and mini_batches must be >= 1, micro_batch and length_bucket >= 0, "
+        or self.logit_bucket < 0 or self.temperature <= 0):
+      raise LearnerConfigError("epochs and mini_batches must be >= 1, micro_batch, length_bucket and "
+                               "logit_bucket >= 0, "
                                "temperature > 0")
 
 
@@ -150,7 +156,8 @@ class Learner:
     out = np.zeros((n, t), np.float32), np.zeros((n, t), np.float32)
     for idx, width in self._micro_batches(batch["lengths"], np.arange(n), t):
       x = self._slice(rows, idx, width)
-      logp, ent = _logprobs_fn(self.graphdef, self.cfg, self.rest, params, x["tokens"], x["lengths"], x["mask"])
+      logp, ent = _logprobs_fn(self.graphdef, self.cfg, self.rest, params, x["tokens"], x["lengths"], x["mask"],
+                               x.get("positions"))
       out[0][idx, :width], out[1][idx, :width] = to_host(logp), to_host(ent)
     return out
 
@@ -216,8 +223,14 @@ class Learner:
     return [(r[None], bucket_length(int(lengths[r].max()), self.cfg.length_bucket, width)) for r in by_length]
 
   def _slice(self, batch: Batch, idx: np.ndarray, width: int) -> dict[str, jax.Array]:
-    """The rows `idx` ([A, M]) of every batch array, cut to `width` positions, placed as `_put` places them."""
-    return {k: self._put(v[idx] if v.ndim == 1 else v[idx, :width]) for k, v in batch.items()}
+    """The rows `idx` ([A, M]) of every batch array, cut to `width` positions, placed as `_put` places them;
+    with `logit_bucket`, plus the rows' trained `positions` [A, M, K] (`logprobs.trained_positions`)."""
+    out = {k: self._put(v[idx] if v.ndim == 1 else v[idx, :width]) for k, v in batch.items()}
+    positions = (lp_lib.trained_positions(batch["mask"][idx, :width], self.cfg.logit_bucket)
+                 if self.cfg.logit_bucket else None)
+    if positions is not None:
+      out["positions"] = self._put(positions)
+    return out
 
   def _shard(self, params: nnx.State) -> nnx.State:
     """Places every parameter on the mesh by its `logical` axis names (no-op without a mesh)."""
@@ -268,15 +281,17 @@ class Learner:
 
 # The jitted functions are module-level with (graphdef, config) static, so every Learner of the same
 # architecture and settings shares one compilation (tests, resumes and benchmarks build several).
-def _forward(graphdef, cfg: LearnerConfig, rest, params, tokens, lengths, mask):
+def _forward(graphdef, cfg: LearnerConfig, rest, params, tokens, lengths, mask, positions=None):
   model = nnx.merge(graphdef, params, rest)
   if cfg.compute_dtype is not None:  # a traced copy: the caller's model keeps its own policy
     model.cfg = dataclasses.replace(model.cfg, compute_dtype=cfg.compute_dtype)
   h, _ = model.hidden(tokens, chunk_len=lengths, layer_loop=cfg.layer_loop, remat=cfg.remat)
   if cfg.compute_dtype is not None:  # the LM head in float32 too, as the log-softmax always is
     h = h.astype(jnp.float32)
-  return lp_lib.sequence_logprobs(h, model.lm_head_weight(), tokens, mask, temperature=cfg.temperature,
-                                  seq_chunk=cfg.seq_chunk, vocab_chunk=cfg.vocab_chunk)
+  kw = dict(temperature=cfg.temperature, seq_chunk=cfg.seq_chunk, vocab_chunk=cfg.vocab_chunk)
+  if positions is not None:
+    return lp_lib.gathered_logprobs(h, model.lm_head_weight(), tokens, positions, **kw)
+  return lp_lib.sequence_logprobs(h, model.lm_head_weight(), tokens, mask, **kw)
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -285,8 +300,8 @@ def _init_opt(cfg: OptimConfig, params):
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
-def _logprobs_fn(graphdef, cfg: LearnerConfig, rest, params, tokens, lengths, mask):
-  return jax.lax.map(lambda xs: _forward(graphdef, cfg, rest, params, *xs), (tokens, lengths, mask))
+def _logprobs_fn(graphdef, cfg: LearnerConfig, rest, params, tokens, lengths, mask, positions=None):
+  return jax.lax.map(lambda xs: _forward(graphdef, cfg, rest, params, *xs), (tokens, lengths, mask, positions))
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
@@ -296,7 +311,7 @@ def _grad_sums(graphdef, cfg: LearnerConfig, rest, params, mb, denom):
   lcfg = cfg.loss
 
   def micro_loss(p, x):
-    logp, ent = _forward(graphdef, cfg, rest, p, x["tokens"], x["lengths"], x["mask"])
+    logp, ent = _forward(graphdef, cfg, rest, p, x["tokens"], x["lengths"], x["mask"], x.get("positions"))
     sums = losses.loss_sums(logp, x["old_logp"], x["advantages"], x["mask"], lcfg,
                             ref_logp=x.get("ref_logp"), entropy=ent)
     return sums["objective"] / jnp.maximum(denom, 1e-8), sums

@@ -7,6 +7,10 @@ in a pass over sequence chunks. Both loop bodies are rematerialised, so the back
 [B, Tc, Vc] block at a time; the saved residuals are the [B, Tc] running statistics. A sequence chunk in which
 no row has a trained token (the system prompt and instructions that open every conversation) is skipped with
 `lax.cond`, forward and backward; its outputs are 0.
+
+`gathered_logprobs` goes further: only the trained positions (listed per row) are gathered out of the hidden
+states before the vocabulary projection, so prompts and tool results interleaved with the policy's turns (which
+put a trained token into nearly every sequence chunk of a multi-turn trajectory) cost no logits at all.
 """
 
 from __future__ import annotations
@@ -101,3 +105,34 @@ def sequence_logprobs(h: Float[Array, "B T D"], w: Float[Array, "D V"], tokens: 
   logp, ent = target_logprobs(h, w, targets, needed=needed, **kw)
   shift = lambda x: jnp.concatenate([jnp.zeros_like(x[:, :1]), x[:, :-1]], axis=1)
   return shift(logp), shift(ent)
+
+
+def trained_positions(mask, bucket: int):
+  """Host-side [..., K] token positions t with mask[..., t] > 0, in order, padded with −1; K = the most any row
+  has, rounded up to a multiple of `bucket` (one compilation per K) and capped at the width. None when K would
+  be the whole width (gathering would save nothing)."""
+  import numpy as np
+
+  mask = np.asarray(mask) > 0
+  width = mask.shape[-1]
+  count = int(mask.sum(-1).max(initial=0))
+  k = min(width, -(-max(count, 1) // bucket) * bucket)
+  if k >= width:
+    return None
+  order = np.argsort(~mask, axis=-1, kind="stable")[..., :k]  # trained positions first, in order
+  return np.where(np.take_along_axis(mask, order, -1), order, -1).astype(np.int32)
+
+
+def gathered_logprobs(h: Float[Array, "B T D"], w: Float[Array, "D V"], tokens: Int[Array, "B T"],
+                      positions: Int[Array, "B K"], **kw) -> tuple[Float[Array, "B T"], Float[Array, "B T"]]:
+  """`sequence_logprobs` at `positions` only (token positions ≥ 1; −1 = padding): out[b, p] = log p(tokens[b, p]
+  | tokens[b, <p]) from h[b, p − 1] for every listed p, 0 elsewhere (entropies alike). The vocabulary work is
+  B·K positions instead of B·T; gradients reach h only at the gathered positions."""
+  valid = positions > 0
+  pos = jnp.where(valid, positions, 0)
+  hq = jnp.take_along_axis(h, jnp.maximum(pos - 1, 0)[..., None], axis=1)
+  targets = jnp.take_along_axis(tokens, pos, axis=1)
+  logp, ent = target_logprobs(hq, w, targets, needed=valid, **kw)
+  rows = jnp.arange(h.shape[0])[:, None]
+  scatter = lambda x: jnp.zeros(tokens.shape, x.dtype).at[rows, pos].add(jnp.where(valid, x, 0.0))
+  return scatter(logp), scatter(ent)

@@ -47,6 +47,7 @@ from m3jax.rl.learner import Learner, LearnerConfig
 from m3jax.rl.warm_start import EXPERT_STYLES
 from m3jax.rl.metrics_log import MetricsLog
 from m3jax.rl.rewards import RewardConfig, reward_components
+from m3jax.rl.step_work import StepWork, TimedSearcher
 
 @dataclasses.dataclass(frozen=True)
 class TinyModel:
@@ -218,7 +219,8 @@ class RLProgram:
     self.train_records = [r for r in records if r.memory_id < n_train]
     self.eval_records = [r for r in records if r.memory_id >= n_train][:cfg.eval_questions]
     self.pool_records, self.pool_stats = self._perception_pool(len(graphs), graphs)
-    self.searcher = MemorySearcher(graphs, embed, SearchConfig())
+    self.work = StepWork()  # where each step's time goes (`m3jax.rl.step_work`)
+    self.searcher = TimedSearcher(MemorySearcher(graphs, embed, SearchConfig()), self.work)
     self.judge = make_judge(cfg.outcome_judge, cfg.judge_model, cfg.http_judge)
     # the strict judge refuses answers naming another candidate of the slot: each question's, by id
     self.distractors = {r.question_id: r.distractors for r in records + self.pool_records}
@@ -300,8 +302,11 @@ class RLProgram:
     self.prefill_tokens_saved += sampler.prefill_tokens_saved
     self.decode_tokens += sampler.decode_tokens
     self.decode_row_steps += sampler.decode_row_steps
+    self.work.add_engine(sampler.work)
+    t_judge = time.perf_counter()
     verdicts = self.judge.judge([JudgeItem(t.question, t.ground_truth, t.response,
                                            self.distractors.get(t.question_id.rsplit("#", 1)[0], ())) for t in trajs])
+    self.work.judge_s += time.perf_counter() - t_judge
     parts = reward_components([float(v.correct) for v in verdicts], [rollout.episode_stats(t) for t in trajs],
                               c.reward)
     parts["judge_invalid"] = np.array([not v.valid for v in verdicts], np.float64)  # logged, not in the total
@@ -398,13 +403,14 @@ class RLProgram:
   def train_step(self, it, step: int) -> dict[str, float]:
     c = self.cfg
     t0 = time.perf_counter()
-    fed, saved = self.prefill_tokens, self.prefill_tokens_saved
+    fed, saved, work = self.prefill_tokens, self.prefill_tokens_saved, self.work.totals()
     self.skipped_questions = 0
     groups, stats = self.batcher.fill(lambda n, box=[0]: self._generate_round(it, step, box, n), step)
     stats["ds/skipped_questions"] = float(self.skipped_questions)
     t_roll = time.perf_counter() - t0
     metrics = dict(stats)
     metrics["time/rollout_s"] = t_roll
+    metrics.update(self.work.since(work))
     metrics["rollout/prefill_tokens"] = float(self.prefill_tokens - fed)
     metrics["rollout/prefill_tokens_saved"] = float(self.prefill_tokens_saved - saved)
     if not groups:
@@ -439,7 +445,9 @@ class RLProgram:
       adv = adv_lib.token_advantages(seq_adv, batch["mask"])
     batch["advantages"] = np.asarray(adv, np.float32)
     del batch["turn_ids"]
+    t2 = time.perf_counter()
     history = self.learner.update(batch, seed=(c.seed * 7919 + step) % (2**31))
+    metrics["time/update_s"] = time.perf_counter() - t2
     dt = time.perf_counter() - t1
     for k in history[0]:
       metrics[f"train/{k}"] = float(np.mean([h[k] for h in history]))

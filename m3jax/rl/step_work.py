@@ -1,0 +1,56 @@
+"""Where a DAPO step's time goes, counted where it is spent: the sampler's prefill and decode
+(`m3jax.engine.work`), the searcher's calls, the judge's, the learner's. `RLProgram.train_step` reports each
+step's share as `time/*` and `work/*` metrics, so `bench/rl_throughput.py` can sum a step's parts to its wall time
+and set each against its floor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from m3jax.engine.work import EngineWork
+
+ENGINE = ("prefill_s", "prefill_attended", "prefill_rows", "prefill_reused", "decode_s", "decode_steps")
+
+
+@dataclasses.dataclass
+class StepWork:
+  """Running totals over a program's rollouts (this process)."""
+
+  engine: EngineWork = dataclasses.field(default_factory=EngineWork)
+  search_s: float = 0.0
+  judge_s: float = 0.0
+
+  def add_engine(self, work: EngineWork) -> None:
+    for k in ENGINE:
+      setattr(self.engine, k, getattr(self.engine, k) + getattr(work, k))
+
+  def totals(self) -> dict[str, float]:
+    out = {k: float(getattr(self.engine, k)) for k in ENGINE}
+    out.update(search_s=self.search_s, judge_s=self.judge_s)
+    return out
+
+  def since(self, before: dict[str, float]) -> dict[str, float]:
+    """This step's share as metrics: `time/<part>_s` seconds and `work/<count>` counts."""
+    now = self.totals()
+    return {(f"time/{k}" if k.endswith("_s") else f"work/{k}"): now[k] - before[k] for k in now}
+
+
+class TimedSearcher:
+  """A searcher whose `search` calls add their wall seconds to `work.search_s` (searches run on the host, so
+  their time is their own); everything else passes through."""
+
+  def __init__(self, searcher: Any, work: StepWork):
+    self._searcher, self._work = searcher, work
+
+  def search(self, requests):
+    t0 = time.perf_counter()
+    try:
+      return self._searcher.search(requests)
+    finally:
+      self._work.search_s += time.perf_counter() - t0
+
+  def __getattr__(self, name):
+    return getattr(self._searcher, name)

@@ -1,0 +1,54 @@
+"""Where the time goes: the sampler's prefill/decode counters and the RL step's searcher and totals."""
+
+import numpy as np
+from flax import nnx
+
+from m3jax.engine.sampling import Sampler, SamplingConfig
+from m3jax.models.decoder import Decoder, DecoderConfig
+from m3jax.rl.flops import decode_weight_bytes, rollout_flops
+from m3jax.rl.step_work import StepWork, TimedSearcher
+
+CFG = DecoderConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
+                    num_kv_heads=2, head_dim=8, tie_embeddings=True)
+
+
+def test_sampler_counts_fresh_reused_and_attended_tokens_and_times_both_phases():
+  sampler = Sampler(Decoder(CFG, rngs=nnx.Rngs(0)), SamplingConfig(max_new_tokens=6, greedy=True))
+  prompts = [list(range(1, 1 + n)) for n in (5, 11, 8)]
+  first = sampler.generate(prompts)
+  w = sampler.work
+  assert w.prefill_rows == 3 and w.prefill_reused == 0
+  assert w.prefill_attended == sum(n * (n + 1) // 2 for n in (5, 11, 8))
+  assert w.decode_steps == 6 and w.prefill_s > 0 and w.decode_s > 0
+  cached = np.asarray(first.state.cache.length)
+  pending = [len(h) - int(c) for h, c in zip(first.state.history, cached)]  # the last sample, not cached yet
+  before = (w.prefill_attended, sampler.prefill_tokens)
+  sampler.continue_(first.state, [[7, 8, 9], None, [12]])
+  n = {0: pending[0] + 3, 2: pending[2] + 1}
+  assert w.prefill_rows == 5 and w.prefill_reused == int(cached[0] + cached[2])
+  assert sampler.prefill_tokens - before[1] == sum(n.values())
+  assert w.prefill_attended - before[0] == sum(k * int(cached[b]) + k * (k + 1) // 2 for b, k in n.items())
+
+
+def test_timed_searcher_and_step_shares():
+  class Searcher:
+    graphs = ["g"]
+
+    def search(self, requests):
+      return [r * 2 for r in requests]
+
+  work = StepWork()
+  searcher = TimedSearcher(Searcher(), work)
+  start = work.totals()
+  assert searcher.search([1, 2]) == [2, 4] and searcher.graphs == ["g"]
+  work.engine.decode_steps += 3
+  share = work.since(start)
+  assert share["time/search_s"] > 0 and share["work/decode_steps"] == 3 and share["time/judge_s"] == 0
+
+
+def test_rollout_flops_and_weight_bytes():
+  d, v = CFG.hidden_size, CFG.vocab_size
+  per_token = 2 * (d * 32 + 2 * d * 16 + 32 * d + 3 * d * 64) * CFG.num_layers
+  assert rollout_flops(CFG, 10, 0, 0) == 10 * per_token
+  assert rollout_flops(CFG, 10, 55, 2) == 10 * per_token + 4 * 32 * 2 * 55 + 2 * 2 * d * v
+  assert decode_weight_bytes(CFG) == 4 * (per_token // 2 + d * v)
