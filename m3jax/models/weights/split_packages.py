@@ -44,19 +44,31 @@ def _import_name(package: str) -> str:
   return names[0] if names else package.replace("-", "_")
 
 
-def part_path(part: Part) -> pathlib.Path:
-  """The installed file of `part`, its size checked; raises `SplitPackageError` naming the package."""
+def _locate(part: Part) -> pathlib.Path:
   root = importlib.resources.files(_import_name(part.package))
-  path = pathlib.Path(str(root.joinpath(*part.file.split("/"))))
+  for name in part.file.split("/"):  # one name at a time: a namespace package's MultiplexedPath takes one
+    root = root.joinpath(name)
+  path = pathlib.Path(str(root))
   if not path.is_file():
     raise SplitPackageError(f"{part.package} is installed but lacks {part.file} (looked at {path})")
+  return path
+
+
+def _check_size(part: Part, path: pathlib.Path) -> pathlib.Path:
   if part.size and path.stat().st_size != part.size:
     raise SplitPackageError(f"{part.describe()} holds {path.stat().st_size} bytes, expected {part.size}: "
                             "truncated, or another release of the package")
   return path
 
 
+def part_path(part: Part) -> pathlib.Path:
+  """The installed file of `part`, its size checked; raises `SplitPackageError` naming the package."""
+  return _check_size(part, _locate(part))
+
+
 def join_parts(parts: Sequence[Part]) -> bytes:
-  """The parts' bytes in order, each found and size-checked first (a missing part fails before reading any)."""
-  paths = [part_path(p) for p in parts]
+  """The parts' bytes in order. Every part is found first (a missing package is named even when another part is
+  also short), then every size is checked, before any byte is read."""
+  paths = [_locate(p) for p in parts]
+  paths = [_check_size(p, path) for p, path in zip(parts, paths)]
   return b"".join(p.read_bytes() for p in paths)
