@@ -135,3 +135,16 @@ def test_base_transcripts_match_transformers_greedy(base, base_speech):
   assert texts == ref_texts
   print(texts)  # base on espeak: "the quick round fox jump, so that they do not near the riverbank."
   assert "river" in texts[1].lower() and "friday" in texts[2].lower()
+
+
+def test_memorize_asr_setting():
+  from m3jax.agent.demo import DemoConfig
+  from m3jax.agent.memorize import MemorizeConfig, memory_settings
+  from m3jax.config import apply_overrides
+
+  assert apply_overrides(MemorizeConfig(), ["asr=base"]).asr == "base"
+  assert apply_overrides(DemoConfig(), ["memorize.asr=base"]).memorize.asr == "base"
+  with pytest.raises(ValueError, match="unknown ASR model 'large'"):
+    apply_overrides(MemorizeConfig(), ["asr=large"])
+  # a memory directory records which model heard it: resuming with another is refused like any other setting
+  assert memory_settings(MemorizeConfig(asr="base"), "template")["asr"] == "base"
