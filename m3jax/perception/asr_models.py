@@ -24,7 +24,8 @@ from m3jax.models.weights.split_packages import Part, join_parts, part_path
 
 ASR_MODELS = ("tiny.en", "base", "small")
 # The default (`memorize.asr`): the lowest word error rate on the generated episodes' speech among the models that
-# still memorize at >= 2x real time on 2 cores (bench/whisper.py --wer; numbers in the README's perception section).
+# still memorize at >= 2x real time on 2 cores, a tie to the faster (bench/whisper.py --wer; README, ASR): base ties
+# tiny.en's word errors on episode speech and is slower, so tiny.en stays.
 DEFAULT_ASR = "tiny.en"
 _MIB90 = 90 * 1024 * 1024  # the size of every part but a model's last
 
