@@ -25,7 +25,7 @@ from m3jax.models.whisper import Whisper, WhisperCache, cache_logical_axes
 from m3jax.parallel import named_sharding
 from m3jax.perception.audio import check_audio
 from m3jax.models.logmel import N_SAMPLES, log_mel_padded, pad_or_trim
-from m3jax.perception.asr_models import ASR_MODELS, PACKAGED, check_name, english_prompt, read_packaged, tiny_en_dir
+from m3jax.perception.asr_models import PACKAGED, check_name, english_prompt, read_packaged, tiny_en_dir
 
 # English-only prompt: <|startoftranscript|> <|notimestamps|> (tiny.en / base.en / ... vocabularies); multilingual
 # models get <|startoftranscript|><|en|><|transcribe|><|notimestamps|> (asr_models.english_prompt).
