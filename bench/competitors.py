@@ -30,7 +30,7 @@ def cpu_model() -> str:
 
 # Every benchmark's competitors (import name -> PyPI package), for the check below.
 COMPETITORS = {"torch": "torch", "transformers": "transformers", "tunix": "google-tunix",
-               "resemblyzer": "resemblyzer"}
+               "resemblyzer": "resemblyzer", "ctranslate2": "ctranslate2"}
 
 
 def main() -> None:

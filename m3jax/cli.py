@@ -142,7 +142,7 @@ def _memorize_many(videos: list[pathlib.Path], root: pathlib.Path, config, args)
   distributed.initialize(config.distributed)  # before any JAX computation
   mine = distributed.shard(videos)
   print(f"process {jax.process_index()} of {jax.process_count()}: {len(mine)} of {len(videos)} videos")
-  models = PerceptionModels.load(config.perception.face_upsample) if mine else None
+  models = PerceptionModels.load(config.perception.face_upsample, config.asr) if mine else None
   shared = config_writer(config) if mine and config.writer == "llm" else None  # one LLM for every video
   # the omni writer holds a 7B thinker per writer, and its calls are not batched: one video at a time
   in_flight = 1 if config.writer == "omni" else config.videos_in_flight

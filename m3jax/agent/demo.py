@@ -187,7 +187,7 @@ def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:
   video = out / f"{ep.id}.mp4"
   if not video.exists():
     render_episode(ep, out)
-  models = PerceptionModels.load(config.memorize.perception.face_upsample)
+  models = PerceptionModels.load(config.memorize.perception.face_upsample, config.memorize.asr)
   memory_dir = out / f"{ep.id}_memory"
   report: MemorizeReport = Memorizer(memory_dir, config.memorize, models=models).memorize(video,
                                                                                           progress=config.progress)

@@ -41,6 +41,7 @@ from m3jax.memory import journal as journal_lib
 from m3jax.memory.graph import GraphConfig, MemoryGraph
 from m3jax.memory.store import fsync_tree
 from m3jax.memory.store import load_graph, save_graph
+from m3jax.perception.asr_models import DEFAULT_ASR, check_name
 
 FORMAT = "m3jax.memory_dir"
 VERSION = 1
@@ -65,6 +66,9 @@ class MemorizeConfig:
   perception: PerceptionConfig = PerceptionConfig()
   graph: GraphConfig = dataclasses.field(default_factory=default_graph_config)
   min_clip_seconds: float = 0.5
+  # the Whisper model that hears the speech, by name: tiny.en | base | small (m3jax.perception.asr_models;
+  # `--set asr=base`, in the demo config `--set memorize.asr=base`)
+  asr: str = DEFAULT_ASR
   # the memory writer `Memorizer` builds (`config_writer`): template | llm (on the local LLM `writer_llm`) |
   # omni, which needs `omni_model`, a local HF Qwen2.5-Omni / M3-Agent-Memorization directory
   # (`--set writer=omni --set omni_model=DIR`)
@@ -96,6 +100,7 @@ class MemorizeConfig:
       raise ValueError(f"writer must be template, llm or omni, got {self.writer!r}")
     if self.writer_adapter is not None and self.writer != "llm":
       raise ValueError(f"writer_adapter is for writer=llm, not writer={self.writer!r}")
+    check_name(self.asr)
     if self.omni_attention_chunk < 1 or self.omni_max_new_tokens < 1:
       raise ValueError("omni_attention_chunk and omni_max_new_tokens must be >= 1")
 
@@ -142,7 +147,7 @@ def memory_settings(config: MemorizeConfig, writer: str) -> dict[str, Any]:
     model = f"adapter:{config.writer_adapter}"
   settings = {"clip_seconds": config.clip_seconds, "min_clip_seconds": config.min_clip_seconds,
               "perception": dataclasses.asdict(config.perception), "graph": dataclasses.asdict(config.graph),
-              "writer": writer, "writer_model": model}
+              "writer": writer, "writer_model": model, "asr": config.asr}
   return json.loads(json.dumps(settings))
 
 
@@ -256,7 +261,7 @@ class Memorizer:
     info = media.probe(video)  # raises MediaError before anything is touched
     source, first_in_video = self._source_for(video, video_digest(video), append)
     _write_json_atomic(self.dir / "manifest.json", self.manifest)  # a valid (maybe empty) memory from now on
-    models = self.models or PerceptionModels.load(self.config.perception.face_upsample)
+    models = self.models or PerceptionModels.load(self.config.perception.face_upsample, self.config.asr)
     self.models = models
     timings = {k: 0.0 for k in STAGES}
     done: list[int] = []

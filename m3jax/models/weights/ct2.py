@@ -47,14 +47,21 @@ class _Cursor:
     return raw[:-1].decode("utf-8") if n else ""
 
 
-def read_ct2(path: str | pathlib.Path) -> tuple[str, dict[str, np.ndarray]]:
-  """Returns (spec name, {variable name: array}) with aliases resolved; bfloat16 is widened to float32."""
+def read_ct2(path: str | pathlib.Path, data: bytes | None = None) -> tuple[str, dict[str, np.ndarray]]:
+  """Returns (spec name, {variable name: array}) with aliases resolved; bfloat16 is widened to float32.
+
+  `data`: the file's bytes when they do not come from `path` itself (a model.bin split across packages and joined
+  by `split_packages`; `path` then only names it in errors). The header must account for every byte: a file
+  that ends inside a variable is truncated, and bytes after the aliases are refused (another file appended).
+  """
   path = pathlib.Path(path)
-  if path.is_dir():
-    path = path / "model.bin"
-  if not path.is_file():
-    raise FileNotFoundError(f"CTranslate2 model file not found: {path}")
-  cur = _Cursor(path.read_bytes(), path)
+  if data is None:
+    if path.is_dir():
+      path = path / "model.bin"
+    if not path.is_file():
+      raise FileNotFoundError(f"CTranslate2 model file not found: {path}")
+    data = path.read_bytes()
+  cur = _Cursor(data, path)
   version = cur.unpack("I")
   if version not in _SUPPORTED_VERSIONS:
     raise CT2FormatError(f"{path}: unsupported CTranslate2 binary version {version} (know {_SUPPORTED_VERSIONS})")
@@ -83,6 +90,9 @@ def read_ct2(path: str | pathlib.Path) -> tuple[str, dict[str, np.ndarray]]:
     if target not in tensors:
       raise CT2FormatError(f"{path}: alias {alias!r} points at missing variable {target!r}")
     tensors[alias] = tensors[target]
+  if cur.pos != len(data):
+    raise CT2FormatError(f"{path}: {len(data) - cur.pos} bytes after the last alias (the header accounts for "
+                         f"{cur.pos} of {len(data)}); not one CTranslate2 model")
   return spec, tensors
 
 
@@ -97,8 +107,22 @@ def _split(w: np.ndarray, parts: int) -> list[np.ndarray]:
 
 # WhisperSpec scalar options and the value the Whisper architecture has (anything else is another model):
 # GELU (CT2 ActivationType 3), pre-norm layers, unscaled embeddings, no ALiBi, position 0 embedded normally.
+# Newer converters (the base/small packages) also write the two ALiBi sub-options; off, as ALiBi itself.
 _WHISPER_OPTIONS = {"decoder/activation": 3, "decoder/pre_norm": 1, "decoder/scale_embeddings": 0,
-                    "decoder/alibi": 0, "decoder/start_from_zero_embedding": 0}
+                    "decoder/alibi": 0, "decoder/start_from_zero_embedding": 0,
+                    "decoder/alibi_use_positive_positions": 0, "decoder/scale_alibi": 0}
+
+
+def is_multilingual(vocab_size: int) -> bool:
+  """OpenAI's rule (whisper/model.py `is_multilingual`): the English-only vocabularies have 51864 tokens, the
+  multilingual ones 51865 and more (large-v3: 51866), one language token more shifting every special id by one."""
+  return vocab_size >= 51865
+
+
+def special_tokens(vocab_size: int) -> dict[str, int]:
+  """End-of-text and start-of-transcript ids (HF WhisperConfig names) of a Whisper vocabulary of this size."""
+  eot = 50257 if is_multilingual(vocab_size) else 50256
+  return dict(pad_token_id=eot, eos_token_id=eot, bos_token_id=eot + 1, decoder_start_token_id=eot + 1)
 
 
 def ct2_whisper_to_hf(tensors: dict[str, np.ndarray]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -137,7 +161,7 @@ def ct2_whisper_to_hf(tensors: dict[str, np.ndarray]) -> tuple[dict[str, Any], d
       decoder_ffn_dim=int(f32["decoder/layer_0/ffn/linear_0/weight"].shape[0]),
       max_source_positions=int(f32["encoder/position_encodings/encodings"].shape[0]),
       max_target_positions=int(f32["decoder/position_encodings/encodings"].shape[0]),
-      pad_token_id=50256, eos_token_id=50256, bos_token_id=50257, decoder_start_token_id=50257,
+      **special_tokens(int(vocab)),
   )
   sd: dict[str, np.ndarray] = {}
 

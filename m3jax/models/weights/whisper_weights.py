@@ -176,7 +176,13 @@ def read_whisper_checkpoint(path: str | pathlib.Path) -> tuple[dict[str, Any], d
 def load_whisper(path: str | pathlib.Path, mesh: Mesh | None = None, **config_overrides) -> Whisper:
   """Builds a `Whisper` from a checkpoint directory (its parameters sharded over `mesh` if given);
   `config_overrides` set e.g. `compute_dtype`."""
-  hf_config, sd = read_whisper_checkpoint(path)
+  return build_whisper(*read_whisper_checkpoint(path), mesh=mesh, **config_overrides)
+
+
+def build_whisper(hf_config: Mapping[str, Any], sd: Mapping[str, np.ndarray], mesh: Mesh | None = None,
+                  **config_overrides) -> Whisper:
+  """A `Whisper` from an HF config dict and HF-named state dict (what `read_whisper_checkpoint` or
+  `ct2.ct2_whisper_to_hf` return), every tensor checked and consumed by `load_state_dict`."""
   cfg = WhisperConfig.from_hf(hf_config, **config_overrides)
   model = nnx.eval_shape(lambda: Whisper(cfg, nnx.Rngs(0)))
   return load_state_dict(model, sd, mesh)
