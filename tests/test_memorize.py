@@ -1,6 +1,6 @@
 """Streaming memorization end to end on a generated episode, resume after a crash, bad inputs, and the writers.
 
-The real embedded models run (dlib faces, Silero VAD, GE2E voices, Whisper base, MiniLM); they load once
+The real embedded models run (dlib faces, Silero VAD, GE2E voices, Whisper tiny.en, MiniLM); they load once
 per session and one 2-clip episode is memorized once, so the whole file stays within its time budget.
 """
 
@@ -101,7 +101,7 @@ def test_transcripts_contain_the_spoken_words(memorized, episode):
   heard = _words(" ".join(" ".join(g.contents[n]) for n in g.voices.node.valid))
   utterances = [u for clip in ep.clips for u in clip.utterances]
   recovered = 0
-  for u in utterances:  # Whisper (base, the default) on espeak voices: most sentences come through, not all
+  for u in utterances:  # Whisper tiny.en on espeak voices: most sentences come through, not all
     spoken = _words(u.text) - {"a", "the", "to", "my", "i", "is", "in", "on"}
     recovered += len(spoken & heard) >= 0.6 * len(spoken)
   assert recovered >= 0.75 * len(utterances), heard
