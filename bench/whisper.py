@@ -22,7 +22,9 @@ Which model hears the generated episodes best, and at what cost. The first N utt
 split, seeds from 1,000,000; 3-4 utterances per 30-s clip) are synthesised alone with the episode's espeak-ng voices
 and pitches and transcribed by each model (m3jax, greedy, English forced by the prompt); the word error rate is
 counted against the script's own words (lower case, punctuation dropped; corpus WER = all edits / all script
-words). Each model then memorizes one rendered held-out episode (3 clips, 90 s) after an untimed run of its first
+words), with its 95% interval over resampled utterances, and each later model − the first (`--models` order) as a
+paired interval over the same utterances (`m3jax.eval_stats.rate_bootstrap`; utterances of one voice are not
+independent, so the intervals are if anything too narrow). Each model then memorizes one rendered held-out episode (3 clips, 90 s) after an untimed run of its first
 clip (`memorize_rtf_*` = media seconds / wall seconds; compilation excluded as far as that first clip's shapes go). A model that cannot load (small: its
 packages hold an incomplete file) is reported `refused`. With CTranslate2 installed (bench/setup), its Whisper
 (the runtime faster-whisper drives) transcribes the same log-mels with the same weights, prompt and greedy search,
@@ -242,6 +244,7 @@ def run_wer_bench(n_clips: int, models: list[str], compete: bool, memorize: bool
   from competitors import cpu_model
   from m3jax.data.episode_render import render_episode, synthesize_speech
   from m3jax.data.episodes import EpisodeConfig, make_episode
+  from m3jax.eval_stats import rate_bootstrap
   from m3jax.models.logmel import log_mel_spectrogram, pad_or_trim
   from m3jax.perception.asr import Transcriber
   from m3jax.perception.asr_models import DEFAULT_ASR
@@ -258,6 +261,8 @@ def run_wer_bench(n_clips: int, models: list[str], compete: bool, memorize: bool
   result: dict[str, str] = {}
   rtf: dict[str, float] = {}
   errors: dict[str, float] = {}
+  per_utt: dict[str, list[int]] = {}  # word errors per utterance, for the intervals
+  sizes = [len(words(r)) for r in refs]
   for name in models:
     key = name.replace(".", "_")
     try:
@@ -273,12 +278,21 @@ def run_wer_bench(n_clips: int, models: list[str], compete: bool, memorize: bool
     hyps = transcriber.transcribe(waves)
     secs, cpu = time.perf_counter() - t, time.process_time() - cpu
     errors[name] = wer(refs, hyps)
+    per_utt[name] = [word_errors(words(r), words(h)) for r, h in zip(refs, hyps)]
+    _, lo, hi = rate_bootstrap(per_utt[name], sizes)
     result[f"wer_{key}"] = f"{errors[name]:.3f}"
-    result[f"word_errors_{key}"] = str(sum(word_errors(words(r), words(h)) for r, h in zip(refs, hyps)))
+    result[f"wer_{key}_lo"], result[f"wer_{key}_hi"] = f"{lo:.3f}", f"{hi:.3f}"
+    result[f"word_errors_{key}"] = str(sum(per_utt[name]))
+    if name != models[0] and models[0] in per_utt:  # paired over the same utterances: this model − the first
+      d, lo, hi = rate_bootstrap(per_utt[name], sizes, other=per_utt[models[0]])
+      first = models[0].replace(".", "_")
+      result[f"wer_diff_{key}_{first}"] = f"{d:.3f}"
+      result[f"wer_diff_{key}_{first}_lo"], result[f"wer_diff_{key}_{first}_hi"] = f"{lo:.3f}", f"{hi:.3f}"
+      print(f"{name} − {models[0]}: WER {d:+.3f} [{lo:+.3f}, {hi:+.3f}] (paired bootstrap over utterances, 95%)")
     result[f"asr_rtf_{key}"] = f"{audio_s / secs:.1f}"
     for r, h in list(zip(refs, hyps))[:3]:
       print(f"  {name}: {r!r} -> {h!r}")
-    print(f"{name}: WER {errors[name]:.3f}; transcription {secs:.2f} s (CPU {cpu:.2f} s) for {audio_s:.0f} s of speech "
+    print(f"{name}: WER {errors[name]:.3f} [{result[f'wer_{key}_lo']}, {result[f'wer_{key}_hi']}]; transcription {secs:.2f} s (CPU {cpu:.2f} s) for {audio_s:.0f} s of speech "
           f"(load {os.getloadavg()[0]:.1f})")
     if compete:
       tok = transcriber.tokenizer

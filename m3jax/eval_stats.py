@@ -51,6 +51,29 @@ def paired_bootstrap(a: Sequence[bool], b: Sequence[bool], resamples: int = 10_0
   return float(d.mean()), float(lo), float(hi)
 
 
+def rate_bootstrap(errors: Sequence[float], sizes: Sequence[float], other: Sequence[float] | None = None,
+                   resamples: int = 10_000, seed: int = 0, level: float = 0.95) -> tuple[float, float, float]:
+  """A corpus rate sum(errors) / sum(sizes) (a word error rate: edits over script words, per utterance) with
+  the percentile interval over resampled items; with `other` (a second system's errors on the same items), the
+  paired difference rate(errors) − rate(other) and its interval, the same resampled items for both."""
+  e = np.asarray(errors, np.float64)
+  w = np.asarray(sizes, np.float64)
+  o = np.zeros_like(e) if other is None else np.asarray(other, np.float64)
+  if e.ndim != 1 or len(e) < 1 or w.shape != e.shape or o.shape != e.shape or w.sum() <= 0:
+    raise ValueError(f"need equal-length, non-empty per-item lists with positive sizes, got {e.shape}, {w.shape}, "
+                     f"{o.shape}")
+  rng = np.random.default_rng(seed)
+  rates = np.empty(resamples)
+  chunk = max(1, 2 ** 22 // len(e))
+  for start in range(0, resamples, chunk):
+    k = min(chunk, resamples - start)
+    idx = rng.integers(0, len(e), size=(k, len(e)))
+    rates[start:start + k] = (e[idx] - o[idx]).sum(axis=1) / np.maximum(w[idx].sum(axis=1), 1e-12)
+  tail = (1 - level) / 2 * 100
+  lo, hi = np.percentile(rates, [tail, 100 - tail])
+  return float((e - o).sum() / w.sum()), float(lo), float(hi)
+
+
 def _z(level: float) -> float:
   """The two-sided normal quantile for `level` (numpy has no inverse erf: bisection on math.erf)."""
   import math

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from m3jax.eval_stats import accuracy_interval, paired_bootstrap, wilson_interval
+from m3jax.eval_stats import accuracy_interval, paired_bootstrap, rate_bootstrap, wilson_interval
 
 
 def test_wilson_interval_known_values():
@@ -44,3 +44,22 @@ def test_paired_bootstrap_matches_the_normal_interval_and_is_deterministic():
   assert lo2 > 0 and hi2 - lo2 < 0.06
   with pytest.raises(ValueError):
     paired_bootstrap(a, b[:10])
+
+
+def test_rate_bootstrap_is_the_corpus_rate_with_a_known_interval():
+  """Equal-size items, each with 0 or 2 errors in 10 words: the corpus rate is 0.1 and its resampling interval
+  is the mean's, 0.1 ± 1.96 · 0.1 / sqrt(n) (the per-item rate is 0 or 0.2, standard deviation 0.1)."""
+  n = 400
+  errors, sizes = np.where(np.arange(n) % 2 == 0, 2.0, 0.0), np.full(n, 10.0)
+  rate, lo, hi = rate_bootstrap(errors, sizes, resamples=20_000, seed=3)
+  half = 1.96 * 0.1 / np.sqrt(n)
+  assert rate == pytest.approx(0.1) and lo == pytest.approx(0.1 - half, abs=0.002) and hi == pytest.approx(
+      0.1 + half, abs=0.002)
+  # weighted: a long utterance's errors count by its words, not as one item (edits over all words)
+  assert rate_bootstrap([1, 9], [10, 90])[0] == pytest.approx(0.1)
+  # paired: the same system against itself differs by exactly zero; one extra error per item by 1/size exactly
+  assert rate_bootstrap(errors, sizes, other=errors) == (0.0, 0.0, 0.0)
+  d, lo, hi = rate_bootstrap(errors + 1, sizes, other=errors)
+  assert (d, lo, hi) == pytest.approx((0.1, 0.1, 0.1))
+  with pytest.raises(ValueError):
+    rate_bootstrap(errors, sizes[:10])
