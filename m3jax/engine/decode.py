@@ -9,6 +9,8 @@ bookkeeping and calls in here; this module never imports it back), as `prefill.p
   token constraint's automaton (`constrained.py`) and the frequency / presence penalties run on device.
 * The program is specialised on `_decode_options(cfg)`, the config without the fields it does not read (stop
   strings, seed), so those never cause a recompile; its traces count in `prefill.TRACES`.
+* `SamplingConfig` lives here because the program is specialised on it and imports go one way (sampling ->
+  decode); callers keep importing it from `m3jax.engine.sampling`, which imports it from here.
 * `sample_token` is also the first token of Omni's generation (`omni_generate.py`).
 
 Log-probs are log p(token) under softmax(logits / temperature) (temperature 1 when greedy), before top-k/top-p
