@@ -1,10 +1,10 @@
-"""python -m m3jax.ablate --config configs/ablate.py
-  python -m m3jax.ablate --config configs/ablate.py --set trained_adapter=runs/rl_controller/adapter.npz   # another
-
-The full ablation table (hours on this CPU, minutes on an accelerator): SmolLM2-135M-Instruct as the controller,
+"""The full ablation table (hours on this CPU, minutes on an accelerator): SmolLM2-135M-Instruct as the controller,
 96 held-out questions, the LLM answering every row, GRPO / DAPO / TAURA with LoRA from one warm start over 3 seeds,
 and the no-semantic-memory and no-equivalence rows also on one 4-clip episode memorized from its video by the real
 perception.
+
+  python -m m3jax.ablate --config configs/ablate.py
+  python -m m3jax.ablate --config configs/ablate.py --set trained_adapter=runs/rl_controller/adapter.npz   # another
 
 The trained controller (the "prompting vs RL" row, and the answerer of the memory rows) is the shipped one,
 m3jax/data/controller/controller.npz, in the protocol its file records; retrieval is MiniLM as it was trained with.
