@@ -1,7 +1,8 @@
-"""M3-Bench evaluation with the reference control protocol (5 rounds, T=0.6 / top-p 0.95 / top-k 20).
-
-  python -m m3jax.eval --config configs/eval.py --set graphs_dir=/path/to/memory_graphs/robot \
+"""python -m m3jax.eval --config configs/eval.py --set graphs_dir=/path/to/memory_graphs/robot \
       --set output=results/robot.jsonl
+
+M3-Bench evaluation with the reference control protocol (5 rounds, the controller's sampling of
+configs/recipes.py: T=0.6 / top-p 0.95 / top-k 20).
 
 The annotations default to the robot file shipped in the package (m3jax/data/m3bench_annotations/); the web split:
 --set annotations=m3jax/data/m3bench_annotations/web.json (with its graphs_dir and output).
@@ -10,8 +11,13 @@ Greedy decoding: --set greedy=true. Judge: --set judge=http (M3JAX_JUDGE_BASE_UR
 judge (exact, contains, f1, choice). Multiple-choice (VideoMME-style letters): --set multiple_choice=true judge=choice.
 """
 
+import pathlib
+
+from m3jax.config import load_module
 from m3jax.data.m3bench import bundled_annotations
 from m3jax.eval import EvalConfig
+
+recipes = load_module(pathlib.Path(__file__).resolve().parent / "recipes.py")
 
 
 def get_config() -> EvalConfig:
@@ -25,7 +31,5 @@ def get_config() -> EvalConfig:
     batch_size=64,
     max_rounds=5,
     max_new_tokens=1024,
-    temperature=0.6,
-    top_p=0.95,
-    top_k=20,
+    **recipes.CONTROLLER_SAMPLING,  # T=0.6 / top-p 0.95 / top-k 20
   )

@@ -1,9 +1,10 @@
 """python train.py sft --config configs/sft_writer.py
 
 LoRA SFT of the shipped SmolLM2-135M-Instruct as the text memory writer, on real perception (rendered episodes,
-faces, voices, Whisper) paired with the episodes' gold memories (m3jax.sft.writer_data). Sized for a 2-core CPU:
-20 training episodes of 3 x 20-s clips (60 pairs; perceiving them takes about as long as the media, once, cached
-under data_dir), 150 steps of batch 2 at ~10 s each. The adapter file lands in runs/sft_writer/writer.npz:
+faces, voices, Whisper) paired with the episodes' gold memories (m3jax.sft.writer_data). Sized for a 2-core CPU
+(timings: the "Training log" section of m3jax/data/writer/MODEL_CARD.md): 20 training episodes of 3 x 20-s clips
+(60 pairs, perceived once and cached under data_dir), 150 steps of batch 2. The adapter file lands in
+runs/sft_writer/writer.npz:
 
   m3jax memorize VIDEO --memory DIR --writer llm --writer-adapter runs/sft_writer/writer.npz
   python bench/writer_eval.py --adapter runs/sft_writer/writer.npz

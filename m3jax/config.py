@@ -4,7 +4,9 @@ A config file is plain Python in `configs/` that defines `get_config()` returnin
 the validated dataclasses of the package). Entry points take `--config configs/NAME.py` and any number of
 `--set path.to.field=value` overrides; values are parsed as Python literals when they parse, else kept as
 strings, then coerced to the field's declared type. Dataclasses validate themselves in `__post_init__`, which
-runs again after overrides, so a bad override fails with a message naming the field.
+runs again after overrides, so a bad override fails with a message naming the field. Settings several configs
+share (the DAPO recipe, the controller's sampling) live once in `configs/recipes.py`, which they load by path
+(`load_module`).
 """
 
 from __future__ import annotations
@@ -20,15 +22,24 @@ from typing import Any, Sequence
 
 def load_config(path: str | pathlib.Path, overrides: Sequence[str] = ()) -> Any:
   """Loads `get_config()` from a Python config file and applies `key=value` overrides."""
+  module = load_module(path)
+  if not hasattr(module, "get_config"):
+    raise ValueError(f"config file {path} defines no get_config()")
+  return apply_overrides(module.get_config(), overrides)
+
+
+def load_module(path: str | pathlib.Path) -> types.ModuleType:
+  """Runs a Python file of `configs/` by its path and returns it as a module: a config, or the settings several
+  configs share (`configs/recipes.py`), which a config loads from beside itself,
+  `load_module(pathlib.Path(__file__).resolve().parent / "recipes.py")`. WHY by path: `configs/` is not a package
+  on `sys.path`, so this works from any directory, in tests, in the ablation runner and on every process."""
   path = pathlib.Path(path)
   if not path.is_file():
     raise FileNotFoundError(f"config file not found: {path}")
   spec = importlib.util.spec_from_file_location(f"m3jax_config_{path.stem}", path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
-  if not hasattr(module, "get_config"):
-    raise ValueError(f"config file {path} defines no get_config()")
-  return apply_overrides(module.get_config(), overrides)
+  return module
 
 
 def apply_overrides(config: Any, overrides: Sequence[str]) -> Any:

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from m3jax.engine.sampling import Sampler, SamplingConfig, sample_token
+from m3jax.engine.decode import sample_token
+from m3jax.engine.sampling import Sampler, SamplingConfig
 from m3jax.models.weights.hf import load_hf
 from m3jax.parallel import make_mesh
 

@@ -6,6 +6,8 @@
   keep decoding (`empty_state` / `reset_rows`: the control loop's continuous batching,
   `m3jax.agent.control.Controller.run(slots=...)`).
 * `prefill` — the sampler's prefill device programs (whole batch, groups of rows, forked shared prompts).
+* `decode` — the sampler's decode device program (`SamplingConfig`, `sample_token`, the jitted `lax.while_loop`
+  that samples and feeds a token per row per step), which `sampling` launches and resumes from the host.
 * `constrained` — byte automata (JSON string lists, prefixed lines) compiled into per-state token masks that the
   decode loop applies.
 * `omni_generate` — Qwen2.5-Omni generation: thinker prefill with media, then the sampler's decode.

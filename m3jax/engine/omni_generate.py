@@ -15,7 +15,8 @@ from flax import nnx
 
 from m3jax.models.decoder import Decoder, KVCache
 from m3jax.models.omni.thinker import Thinker, ThinkerInputs
-from m3jax.engine.sampling import DecodeState, SampleOutput, Sampler, SamplingConfig, sample_token
+from m3jax.engine.decode import SamplingConfig, sample_token
+from m3jax.engine.sampling import DecodeState, SampleOutput, Sampler
 
 
 class RopeDeltaLM(nnx.Module):

@@ -2,8 +2,8 @@
 per distinct prompt and forked.
 
 WHY a module of its own: these are the device programs behind `Sampler._prefill_rows` and
-`Sampler._generate_forked` (`sampling.py` keeps the host-side scheduling and the decode loop). Every program
-counts its traces in `TRACES`, which `Sampler.compilations` reads.
+`Sampler._generate_forked` (`sampling.py` keeps the host-side scheduling, `decode.py` holds the decode loop).
+Every program counts its traces in `TRACES`, which `Sampler.compilations` reads.
 """
 
 from __future__ import annotations

@@ -1,14 +1,18 @@
-"""The sampler: jitted prefill, an on-device decode loop, and multi-turn continuation on the same KV cache.
+"""The sampler: jitted prefill, the decode loop's host side, and multi-turn continuation on the same KV cache.
 
 One sampler serves the controller, the LLM judge, the text memory writer, Whisper and RL rollouts. It drives any
 model with the contract `model(tokens, cache, chunk_len) -> (logits, cache)` + `model.init_cache(batch, max_len)`
 (see `decoder.py`); models that can return hidden states (`model.hidden` + `model.logits`) get a cheaper prefill
 that projects only the last position of each row onto the vocabulary.
 
+This module is the host-side bookkeeping: buckets, histories, slots, stop strings, finish reasons. The device
+programs it launches live below it: `prefill.py` (prefill and forks) and `decode.py` (`SamplingConfig`, token
+sampling and the jitted decode loop); neither imports this module.
+
 Throughput design:
 * prompt length, batch size and cache length are padded to buckets, so a workload compiles a bounded number of
   times (`Sampler.compilations` counts traces);
-* decode is a `lax.while_loop` that stops when every row is done or the budget is spent; the cache is donated;
+* decode is a `lax.while_loop` (`decode.py`) that stops when every row is done or the budget is spent;
 * stop strings need detokenisation, so they are checked on the host every `stop_check_interval` steps (the loop
   resumes on device from where it stopped); stop token ids are checked on device every step;
 * identical prompts of one `generate` call (an RL group's samples) are prefilled once and their cache rows forked,
@@ -21,15 +25,12 @@ Throughput design:
 * rows fed chunks of very different lengths (a new prompt beside short tool results) prefill in groups of their
   own width instead of all at the longest one's (`_width_groups`).
 
-Log-probs are log p(token) under softmax(logits / temperature) (temperature 1 when greedy), before top-k/top-p
-truncation — the behaviour policy's log-probs that the RL learner uses as the old policy.
+Log-probs are the behaviour policy's, before top-k/top-p truncation (`decode.sample_token`).
 """
-
 from __future__ import annotations
 
 import bisect
 import dataclasses
-import functools
 import time
 from typing import Any, Sequence
 
@@ -38,9 +39,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
-from jaxtyping import Array, Float, Int
 
 from m3jax.engine.constrained import TokenConstraint
+from m3jax.engine.decode import SamplingConfig, _decode, _decode_options
 from m3jax.engine.prefill import TRACES, fork, prefill, prefill_subset, put_rows, scatter_logits, tokens_of
 from m3jax.engine.work import EngineWork
 from m3jax.models.decoder import Decoder
@@ -48,37 +49,6 @@ from m3jax.parallel import named_sharding
 
 FINISH_STOP, FINISH_LENGTH, FINISH_STOP_STRING = "stop", "length", "stop_string"
 FINISH_CONSTRAINT = "constraint"  # the constraint's automaton reached a final state (nothing may follow)
-
-
-@dataclasses.dataclass(frozen=True)
-class SamplingConfig:
-  max_new_tokens: int = 256
-  greedy: bool = False
-  temperature: float = 1.0
-  top_p: float = 1.0
-  top_k: int = 0  # 0 = no top-k
-  # OpenAI-style penalties on the tokens this call generated so far: logit -= frequency * count + presence * seen
-  # (greedy 135M models loop on a phrase without them)
-  frequency_penalty: float = 0.0
-  presence_penalty: float = 0.0
-  stop_token_ids: tuple[int, ...] = ()
-  stop_strings: tuple[str, ...] = ()
-  seed: int = 0
-  stop_check_interval: int = 32
-  length_buckets: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
-  batch_buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
-
-  def __post_init__(self):
-    if self.max_new_tokens < 1:
-      raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-    if not self.greedy and self.temperature <= 0:
-      raise ValueError(f"temperature must be > 0 when sampling (use greedy=True for argmax), got {self.temperature}")
-    if not 0 < self.top_p <= 1:
-      raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-    if self.top_k < 0:
-      raise ValueError(f"top_k must be >= 0, got {self.top_k}")
-    if self.stop_strings and self.stop_check_interval < 1:
-      raise ValueError("stop_check_interval must be >= 1")
 
 
 @dataclasses.dataclass
@@ -114,44 +84,6 @@ def _bucket(n: int, buckets: Sequence[int]) -> int:
   if i == len(buckets):
     raise ValueError(f"size {n} exceeds the largest bucket {buckets[-1]}")
   return buckets[i]
-
-
-def sample_token(logits: jax.Array, key: jax.Array, cfg: SamplingConfig) -> tuple[jax.Array, jax.Array]:
-  """Samples one token per row from logits [B, V] with one key, or a key per row ([B, 2]); returns (token [B],
-  log-prob [B])."""
-  logits = logits.astype(jnp.float32)
-  if cfg.greedy:
-    return _greedy_token(logits)
-  scaled = logits / cfg.temperature
-  logp = jax.nn.log_softmax(scaled, axis=-1)
-  if cfg.top_k:
-    vals, idx = jax.lax.top_k(scaled, min(cfg.top_k, scaled.shape[-1]))
-  elif cfg.top_p < 1:
-    idx = jnp.argsort(-scaled, axis=-1)
-    vals = jnp.take_along_axis(scaled, idx, axis=-1)
-  else:
-    vals, idx = scaled, None
-  if cfg.top_p < 1:
-    probs = jax.nn.softmax(vals, axis=-1)
-    before = jnp.cumsum(probs, axis=-1) - probs  # mass strictly above each candidate (sorted descending)
-    vals = jnp.where(before < cfg.top_p, vals, -jnp.inf)
-  choice = (jax.random.categorical(key, vals, axis=-1) if key.ndim == 1 else
-            jax.vmap(lambda k, v: jax.random.categorical(k, v))(key, vals))
-  tok = choice if idx is None else jnp.take_along_axis(idx, choice[:, None], axis=-1)[:, 0]
-  return tok.astype(jnp.int32), jnp.take_along_axis(logp, tok[:, None].astype(jnp.int32), axis=-1)[:, 0]
-
-
-def _greedy_token(logits: Float[Array, "B V"]) -> tuple[Int[Array, "B"], Float[Array, "B"]]:
-  """jnp.argmax (first maximum; first NaN if any) and its log-softmax, from two plain reductions over the vocab.
-
-  XLA:CPU runs argmax's (value, index) reduction unvectorised: 1.15 ms for [8, 51864] vs 0.47 ms for a max then a
-  min over the matching indices (0.7 ms of a ~20 ms Whisper tiny.en decode step). At the argmax the shifted logit
-  is exactly 0, so its log-softmax is -log(sum(exp(logits - max))), the formula `jax.nn.log_softmax` evaluates.
-  """
-  top = logits.max(axis=-1, keepdims=True)
-  index = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
-  tok = jnp.min(jnp.where((logits == top) | jnp.isnan(logits), index, logits.shape[-1]), axis=-1)
-  return tok, -jnp.log(jnp.sum(jnp.exp(logits - top), axis=-1))
 
 
 SPLIT_LAYERS_MAX_BYTES = 2 << 30
@@ -478,65 +410,6 @@ class Sampler:
     cache = cache.replace(length=jnp.minimum(cache.length, kept))
     state.cache = cache
     return SampleOutput(tokens, logprobs, reasons, state, texts if self.tokenizer is not None else None)
-
-
-@functools.partial(jax.jit, static_argnums=(0, 5), donate_argnums=(2,))
-def _decode(graphdef, params, cache, carry, limit, cfg: SamplingConfig, constraint: TokenConstraint | None = None,
-            layers=None):
-  """Samples and feeds tokens until `limit` steps or every row is done (resumable: the carry holds all state).
-
-  With a `constraint`, logits outside `allowed[automaton state]` are masked before sampling (so log-probs are those
-  of the masked distribution, the one actually sampled), a row with no allowed token ends without emitting, and a
-  row whose automaton accepts ends after that token."""
-  TRACES[0] += 1
-  model = nnx.merge(graphdef, params)
-  stop_ids = jnp.asarray(cfg.stop_token_ids or (-1,), jnp.int32)
-  rows = jnp.arange(carry["done"].shape[0])
-
-  def cond(state):
-    c, _ = state
-    return (c["step"] < limit) & ~jnp.all(c["done"])
-
-  def body(state):
-    c, cache = state
-    key = (jax.random.fold_in(c["key"], c["step"]) if c["key"].ndim == 1 else  # one stream, or one per row
-           jax.vmap(jax.random.fold_in, (0, None))(c["key"], c["step"]))
-    logits, live = c["logits"], ~c["done"]
-    if "counts" in c:
-      logits = logits - cfg.frequency_penalty * c["counts"] - cfg.presence_penalty * (c["counts"] > 0)
-    if constraint is not None:
-      allowed = constraint.allowed[c["automaton"]]
-      logits = jnp.where(allowed, logits, -jnp.inf)
-      live = live & jnp.any(allowed, axis=-1)
-    tok, logp = sample_token(logits, key, cfg)
-    tokens = c["tokens"].at[rows, c["n_gen"]].set(jnp.where(live, tok, c["tokens"][rows, c["n_gen"]]),
-                                                  mode="drop")
-    logps = c["logp"].at[rows, c["n_gen"]].set(jnp.where(live, logp, 0.0), mode="drop")
-    n_gen = c["n_gen"] + live.astype(jnp.int32)
-    done = c["done"] | ~live | (live & jnp.isin(tok, stop_ids)) | (n_gen >= cfg.max_new_tokens)
-    extra = {}
-    if constraint is not None:
-      automaton = jnp.where(live, constraint.next_state[c["automaton"], tok].astype(jnp.int32), c["automaton"])
-      done = done | constraint.final[automaton]
-      extra["automaton"] = automaton
-    if "counts" in c:
-      extra["counts"] = c["counts"].at[rows, tok].add(live.astype(jnp.int32))
-    # Feed the new tokens (rows already done feed nothing). No lax.cond around this: a cond copies the carried
-    # cache every step; the loop condition already ends the loop once all rows are done, so at most the last
-    # step's forward is unused.
-    logits, cache = model(tok[:, None], cache, (~done).astype(jnp.int32), **({} if layers is None else
-                                                                             {"layers": layers}))
-    logits = logits[:, 0].astype(jnp.float32)
-    new = dict(step=c["step"] + 1, logits=logits, done=done, n_gen=n_gen, tokens=tokens, logp=logps, key=c["key"],
-               **extra)
-    return new, cache
-
-  return jax.lax.while_loop(cond, body, (carry, cache))
-
-
-def _decode_options(cfg: SamplingConfig) -> SamplingConfig:
-  """The fields the decode program depends on (so stop strings or seeds never cause a recompile)."""
-  return dataclasses.replace(cfg, stop_strings=(), seed=0, stop_check_interval=1)
 
 
 def _truncate_at_stop_string(seq: list[int], stops: Sequence[str], tokenizer) -> tuple[list[int], bool]:
