@@ -99,15 +99,16 @@ def perceive(ep, work: pathlib.Path, face_backend, vad, encoder, pcfg: Perceptio
 
 
 def evaluate(rows, threshold: float, margin: float):
-  """(correct, predicted, gold) summed over clips at this threshold."""
+  """(correct, predicted, gold, gold whose face perception tracked) summed over clips at this threshold."""
   cfg = ActiveSpeakerConfig(threshold=threshold, margin=margin)
-  correct = predicted = gold = 0
+  correct = predicted = gold = tracked = 0
   for scores, who, names, speakers in rows:
     pairs = confident_pairs(scores, cfg)
     predicted += len(pairs)
     correct += sum(who.get(t) == names[v] for t, v, _ in pairs)
     gold += len(speakers)
-  return correct, predicted, gold
+    tracked += len(set(speakers) & set(who.values()))
+  return correct, predicted, gold, tracked
 
 
 def main():
@@ -130,6 +131,7 @@ def main():
   print(f"cpu: {cpu}  cores: {os.cpu_count()}  load at start: {os.getloadavg()}")
   rows: dict[str, list] = {"2face": [], "3face": [], "still": []}
   spent = {"2face": 0.0, "3face": 0.0}
+  cue = {"2face": 0.0, "3face": 0.0}
   with tempfile.TemporaryDirectory() as tmp:
     for faces, n in ((2, args.n2), (3, args.n3)):
       key = f"{faces}face"
@@ -139,7 +141,9 @@ def main():
           t = time.perf_counter()
           frames, times, tracks, voices, who, names = perceive(ep, pathlib.Path(tmp) / ep.id, face_backend, vad,
                                                                encoder, pcfg)
+          t_cue = time.perf_counter()
           scores = speaking_scores(frames, times, tracks, voices)
+          cue[key] += (time.perf_counter() - t_cue) if talking else 0.0
           row = (scores, who, names, {u.speaker for u in ep.clips[0].utterances})
           if talking:
             spent[key] += time.perf_counter() - t
@@ -152,17 +156,19 @@ def main():
   if args.sweep:
     for key, rs in rows.items():
       for th in np.arange(0.2, 0.85, 0.05):
-        c, p, g = evaluate(rs, float(th), args.margin)
+        c, p, g, _ = evaluate(rs, float(th), args.margin)
         print(f"sweep {key} threshold {th:.2f}: precision {c / max(p, 1):.3f} ({c}/{p}) recall {c / max(g, 1):.3f}")
   out = {}
   for key, rs in rows.items():
     if not rs:
       continue
-    c, p, g = evaluate(rs, args.threshold, args.margin)
+    c, p, g, seen = evaluate(rs, args.threshold, args.margin)
     out[key] = (c / p if p else float("nan"), c / g if g else float("nan"))
     per_clip = spent[key] / len(rs) if key in spent else float("nan")
+    cue_clip = cue[key] / len(rs) if key in cue else float("nan")
     print(f"{key}: clips {len(rs)}  gold pairs {g}  predicted {p}  correct {c}  precision {out[key][0]:.3f}  "
-          f"recall {out[key][1]:.3f}  seconds/clip {per_clip:.1f} (render + decode + faces + speech + cue)")
+          f"recall {out[key][1]:.3f} (of pairs whose face was tracked: {c}/{seen})  seconds/clip {per_clip:.1f} (render + decode + faces + speech + cue), "
+          f"of which the cue {cue_clip:.2f}")
   p2, r2 = out.get("2face", (float("nan"),) * 2)
   p3, r3 = out.get("3face", (float("nan"),) * 2)
   print(f"RESULT asd_precision_2face={p2:.3f} asd_recall_2face={r2:.3f} asd_precision_3face={p3:.3f} "
