@@ -28,7 +28,8 @@ perception and need weights we do not have; the cue itself is cheap to measure d
   4. a (face, voice) pair is confident when its score is >= `threshold` AND beats every other face's score for
      that voice by >= `margin`; otherwise the cue declines (a voice whose face is off screen, still photos, two
      faces that move alike).
-Everything is numpy on grayscale crops: a 30-s clip at 5 fps with three faces costs well under a second.
+Everything is numpy on grayscale crops of the faces only: a 30-s 640x360 clip at 5 fps with two face tracks costs
+about 0.5 s on 2 cores under load (bench/active_speaker.py reports it per clip).
 """
 
 from __future__ import annotations
@@ -114,17 +115,19 @@ def _region(box: np.ndarray, frac: tuple[float, float, float, float]) -> tuple[i
 
 
 def _shift_errors(prev: np.ndarray, cur: np.ndarray, x0: int, y0: int, x1: int, y1: int, s: int) -> np.ndarray:
-  """(2s+1, 2s+1) mean |cur[region] - prev[region shifted by (dy, dx)]| for every shift, at once."""
-  window = prev[y0 - s:y1 + s, x0 - s:x1 + s]
+  """(2s+1, 2s+1) mean |cur[region] - prev[region shifted by (dy, dx)]| for every shift, at once; `prev` and `cur`
+  are grayscale windows whose (0, 0) is frame pixel (-s, -s) relative to the region coordinates given."""
+  window = prev[y0:y1 + 2 * s, x0:x1 + 2 * s]
   views = np.lib.stride_tricks.sliding_window_view(window, (y1 - y0, x1 - x0))
-  return np.abs(views - cur[y0:y1, x0:x1]).mean(axis=(2, 3))
+  return np.abs(views - cur[y0 + s:y1 + s, x0 + s:x1 + s]).mean(axis=(2, 3))
 
 
-def mouth_motion(gray: np.ndarray, times: np.ndarray, track: FaceTrack,
+def mouth_motion(frames: np.ndarray, times: np.ndarray, track: FaceTrack,
                  cfg: ActiveSpeakerConfig = ActiveSpeakerConfig()) -> np.ndarray:
   """(F,) head-motion-compensated mouth change of `track` between frame t-1 and t (NaN at t=0 and where a region
-  leaves the frame or the track is not on screen, i.e. outside its first..last detection +- one frame)."""
-  num, height, width = gray.shape
+  leaves the frame or the track is not on screen, i.e. outside its first..last detection +- one frame). `frames`:
+  (F, H, W, 3) RGB or (F, H, W) grayscale; only the face's window of each frame is converted."""
+  num, height, width = frames.shape[:3]
   out = np.full(num, np.nan)
   if len(track.times) == 0 or num < 2:
     return out
@@ -140,9 +143,11 @@ def mouth_motion(gray: np.ndarray, times: np.ndarray, track: FaceTrack,
     x1, y1 = max(up[2], mo[2]) + s, max(up[3], mo[3]) + s
     if x0 < 0 or y0 < 0 or x1 > width or y1 > height or up[2] <= up[0] or mo[3] <= mo[1] or mo[2] <= mo[0]:
       continue
-    err_up = _shift_errors(gray[t - 1], gray[t], *up, s)
+    prev, cur = (_gray(frames[i, y0:y1, x0:x1]) for i in (t - 1, t))
+    rel = lambda r: (r[0] - x0 - s, r[1] - y0 - s, r[2] - x0 - s, r[3] - y0 - s)  # noqa: E731
+    err_up = _shift_errors(prev, cur, *rel(up), s)
     dy, dx = np.unravel_index(int(np.argmin(err_up)), err_up.shape)
-    err_mo = _shift_errors(gray[t - 1], gray[t], *mo, s)
+    err_mo = _shift_errors(prev, cur, *rel(mo), s)
     out[t] = float(err_mo[dy, dx] - err_up[dy, dx])
   return out
 
@@ -165,22 +170,23 @@ def _correlation(x: np.ndarray, a: np.ndarray, window: np.ndarray, min_frames: i
   return float((xs * as_).sum() / den) if den > 0 else 0.0
 
 
-def to_gray(frames: np.ndarray) -> np.ndarray:
-  """(F, H, W) float32 luma of RGB uint8 frames."""
-  return frames.astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)
+def _gray(img: np.ndarray) -> np.ndarray:
+  """float32 luma of an RGB uint8 image (a grayscale one is only cast)."""
+  if img.ndim == 2:
+    return img.astype(np.float32)
+  return img.astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)
 
 
 def speaking_scores(frames: np.ndarray, times: np.ndarray, tracks: Sequence[FaceTrack],
                     segments: Sequence[VoiceSegment],
                     cfg: ActiveSpeakerConfig = ActiveSpeakerConfig()) -> SpeakerScores:
   """Scores of every (track, voice) and (track, segment) of a clip. `frames`: (F, H, W, 3) RGB at the video's
-  frame rate (or already grayscale (F, H, W)), `times` their clip-relative seconds; `segments` in any order."""
+  frame rate (or grayscale (F, H, W)), `times` their clip-relative seconds; `segments` in any order."""
   times = np.asarray(times, np.float64)
-  gray = to_gray(frames) if frames.ndim == 4 else np.asarray(frames, np.float32)
   step = float(np.median(np.diff(times))) if len(times) > 1 else 1.0
   anyone = _activity(times, segments, step) > 0
   voices = sorted({s.voice_id for s in segments})
-  motion = {tr.track_id: mouth_motion(gray, times, tr, cfg) for tr in tracks}
+  motion = {tr.track_id: mouth_motion(frames, times, tr, cfg) for tr in tracks}
   pair: dict[int, dict[int, float]] = {}
   per_segment: dict[int, list[float]] = {}
   acts = {v: _activity(times, [s for s in segments if s.voice_id == v], step) for v in voices}
