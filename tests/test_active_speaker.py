@@ -49,7 +49,9 @@ def test_pool_keys_are_unchanged_by_default_and_change_with_the_flag():
   from m3jax.agent.perception_pool import entry_key
   assert entry_key(EpisodeConfig(), MemorizeConfig()) == "ac8f38da1d3d"  # main at 5ea477f
   assert entry_key(EpisodeConfig(seed=5, num_clips=4), MemorizeConfig()) == "b1139b915ad1"
-  assert "talking_faces" not in EpisodeConfig().settings_dict()
+  cfg = EpisodeConfig(num_clips=2, num_characters=2)
+  assert cfg.settings_dict() == {k: v for k, v in dataclasses.asdict(cfg).items() if k != "talking_faces"}
+  assert dataclasses.replace(cfg, talking_faces=True).settings_dict()["talking_faces"] is True
   assert entry_key(EpisodeConfig(talking_faces=True), MemorizeConfig()) != "ac8f38da1d3d"
 
 
