@@ -34,13 +34,13 @@ class PoolError(ValueError):
 
 
 def _settings(episode: EpisodeConfig, memorize: MemorizeConfig) -> dict:
-  return json.loads(json.dumps({"episode": dataclasses.asdict(episode), "memorize": dataclasses.asdict(memorize)},
+  return json.loads(json.dumps({"episode": episode.settings_dict(), "memorize": dataclasses.asdict(memorize)},
                                sort_keys=True, default=str))
 
 
 def entry_key(episode: EpisodeConfig, memorize: MemorizeConfig) -> str:
   """A short hash of what decides a memorized episode (the episode config and the memorize settings)."""
-  blob = json.dumps({"episode": dataclasses.asdict(episode), "memorize": dataclasses.asdict(memorize)},
+  blob = json.dumps({"episode": episode.settings_dict(), "memorize": dataclasses.asdict(memorize)},
                     sort_keys=True, default=str)
   return hashlib.sha256(blob.encode()).hexdigest()[:12]
 

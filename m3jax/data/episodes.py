@@ -68,6 +68,10 @@ class EpisodeConfig:
   width: int = 640
   height: int = 360
   sample_rate: int = 16000
+  # The speaker's mouth moves with their speech (episode_render: the jaw region of the photo opens per frame by
+  # the utterance's envelope), the cue an active-speaker estimator reads. Off by default: episodes, their ids and
+  # every cache key (`settings_dict`) stay byte-identical to those made before the field existed.
+  talking_faces: bool = False
 
   def __post_init__(self):
     if not 1 <= self.num_characters <= len(PHOTO_ORDER):
@@ -81,6 +85,14 @@ class EpisodeConfig:
                        f"in a {self.clip_seconds}-s clip")
     if self.fps < 1 or self.width < 64 or self.height < 64:
       raise ValueError(f"fps/width/height too small: {self.fps}/{self.width}/{self.height}")
+
+  def settings_dict(self) -> dict[str, Any]:
+    """The fields as a dict for cache keys and records: `dataclasses.asdict`, less `talking_faces` when it is off,
+    so keys hashed from configs made before the field existed are unchanged and a talking config gets its own."""
+    out = dataclasses.asdict(self)
+    if not self.talking_faces:
+      del out["talking_faces"]
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -239,7 +251,8 @@ def make_episode(config: EpisodeConfig = EpisodeConfig()) -> Episode:
       start = round(clip * config.clip_seconds + j * slot + 0.5 + float(rng.uniform(0.0, 0.5)), 2)
       utts.append(Utterance(clip, start, speaker, text, kind))
     clips.append(ClipScript(clip, present, tuple(utts)))
-  ep_id = f"episode_{config.seed:04d}"
+  # A talking episode has its own id: caches keyed by episode id (writer_data's render dirs) keep both renderings.
+  ep_id = f"episode_{config.seed:04d}" + ("_talking" if config.talking_faces else "")
   qa = _questions(rng, ep_id, config, chars, clips, rules)
   return Episode(ep_id, config, chars, tuple(clips), rules, tuple(qa), _gold(clips, by_name))
 

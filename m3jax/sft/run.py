@@ -192,7 +192,7 @@ def save_writer_adapter(cfg: SFTConfig, trainer: Trainer) -> pathlib.Path:
   out = pathlib.Path(cfg.out_dir) / "writer.npz"
   if jax.process_index() == 0:
     meta = {"base_llm": cfg.writer_llm, "instruction": cfg.writer_instruction, "steps": trainer.step,
-            "train_seeds": list(cfg.train_seeds), "episode": dataclasses.asdict(cfg.episode)}
+            "train_seeds": list(cfg.train_seeds), "episode": cfg.episode.settings_dict()}
     export_adapter_file(out, trainer.model, "writer", meta)
   return out
 
