@@ -4,9 +4,9 @@ control's `episode_questions`; control never imports memorize), then the program
 CLI. An upward import (memorize/writers.py -> sft/omni_writer.py was one) ties a low layer to everything above it
 and makes circles possible; this test names each one it finds.
 
-Sideways imports within the programs' layer: rl/ imports `eval.evaluate.make_embedder`, `eval.ablate` runs RL
-programs (`rl.program`), and sft/ scores writers with `eval.scoring`; `test_no_import_cycles` keeps them from
-closing a circle."""
+Sideways imports within the programs' layer: rl/ imports `eval.evaluate.make_embedder` and its reward's judges
+(`eval.judges`), `eval.ablate` runs RL programs (`rl.program`), and sft/ scores writers with `eval.scoring`;
+`test_no_import_cycles` keeps them from closing a circle."""
 
 import ast
 import pathlib
