@@ -282,8 +282,8 @@ def memorize_clips_s(sz: Sizes) -> float:
   """Clips/s of the omni writer's generation (`OmniWriter.replies`) on an Omni-7B-shaped thinker slice."""
   from flax import nnx
 
-  from m3jax.agent.observations import ClipObservation, FaceObservation, SpeechObservation
-  from m3jax.agent.omni_writer import ClipMedia, OmniWriter
+  from m3jax.memorize.observations import ClipObservation, FaceObservation, SpeechObservation
+  from m3jax.memorize.omni_writer import ClipMedia, OmniWriter
   from m3jax.models.omni.processor import ProcessorConfig
   from m3jax.models.omni.thinker import Thinker
   from m3jax.engine.sampling import SamplingConfig

@@ -43,8 +43,9 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from m3jax.agent.media import SAMPLE_RATE, iter_clips  # noqa: E402
-from m3jax.agent.perceive import PerceptionConfig, cluster_faces  # noqa: E402
+from m3jax.perception.media import SAMPLE_RATE, iter_clips  # noqa: E402
+from m3jax.memorize.perceive import PerceptionConfig  # noqa: E402
+from m3jax.perception.faces import cluster_faces  # noqa: E402
 from m3jax.data.episode_render import episode_audio, render_episode  # noqa: E402
 from m3jax.data.episodes import EpisodeConfig, make_episode  # noqa: E402
 from m3jax.perception.active_speaker import (ActiveSpeakerConfig, VoiceSegment, confident_pairs,  # noqa: E402

@@ -28,9 +28,9 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from m3jax.agent.control import Question  # noqa: E402
-from m3jax.agent.demo import make_answerer  # noqa: E402
-from m3jax.eval import make_embedder  # noqa: E402
+from m3jax.control.controller import Question  # noqa: E402
+from m3jax.eval.demo import make_answerer  # noqa: E402
+from m3jax.eval.evaluate import make_embedder  # noqa: E402
 from competitors import cpu_model  # noqa: E402  (bench/ leads sys.path)
 from controller_eval import heldout_task  # noqa: E402
 

@@ -26,9 +26,9 @@ import re
 import sys
 import time
 
-from m3jax.agent.control import Controller, ControlConfig, Question
-from m3jax.agent.policy import LLMPolicy
-from m3jax.agent.prompts import FIRST_USER_MESSAGE, round_suffix, system_message
+from m3jax.control.controller import Controller, ControlConfig, Question
+from m3jax.control.policy import LLMPolicy
+from m3jax.control.prompts import FIRST_USER_MESSAGE, round_suffix, system_message
 from m3jax.memory.fixture_embedder import HashedBowEmbedder
 from m3jax.memory.search import MemorySearcher, SearchConfig
 from m3jax.memory.reference_pickle import load_reference_pickle

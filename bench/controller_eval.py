@@ -21,7 +21,7 @@ Every answerer is judged by the `strict` judge first (the truth in the answer's 
 of the slot, declines alone; the RL reward's default) and by `contains` beside it (the older numbers' judge), and
 optionally by `llm` (the reference's entailment prompt on the frozen SmolLM2-135M, with its false-acceptance rate
 on mismatched pairs). Each accuracy comes with its 95% Wilson interval, each comparison (trained − rules, trained −
-untrained) with a paired bootstrap interval over the same questions (`m3jax.eval_stats`). Per answerer also
+untrained) with a paired bootstrap interval over the same questions (`m3jax.eval.stats`). Per answerer also
 declines, rounds / searches / format errors and seconds per question (the rules answerer has no rounds: it counts
 the searches it runs). `--records` gets one JSON line per question and answerer: question, truth, answer, both
 verdicts, the trajectory's searches, rounds and seconds, so any number can be checked.
@@ -45,14 +45,14 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from m3jax.agent.control import Question  # noqa: E402
-from m3jax.agent.judges import JudgeItem, RuleJudge, make_judge, score_answers  # noqa: E402
-from m3jax.agent.perception_pool import entry_key, perceived_episodes  # noqa: E402
+from m3jax.control.controller import Question  # noqa: E402
+from m3jax.eval.judges import JudgeItem, RuleJudge, make_judge, score_answers  # noqa: E402
+from m3jax.memorize.perception_pool import entry_key, perceived_episodes  # noqa: E402
 from m3jax.data.episodes import QUESTION_TYPES  # noqa: E402
 from m3jax.data.memory_qa import make_task, split_questions  # noqa: E402
 from m3jax.data.questions import HELDOUT_SEED_START, NOT_IN_MEMORY, TEST_SEED_START  # noqa: E402
-from m3jax.eval import make_embedder  # noqa: E402
-from m3jax.eval_stats import accuracy_interval, paired_bootstrap  # noqa: E402
+from m3jax.eval.evaluate import make_embedder  # noqa: E402
+from m3jax.eval.stats import accuracy_interval, paired_bootstrap  # noqa: E402
 
 STRICT, CONTAINS = RuleJudge("strict"), RuleJudge("contains")
 JUDGE = CONTAINS  # what filters the llm judge's mismatched pairs
@@ -87,7 +87,7 @@ class CountingSearcher:
 
 
 def run_answerer(kind: str, graphs, records, embed, base: str, adapter: str | None, slots: int = 24):
-  from m3jax.agent.demo import make_answerer
+  from m3jax.eval.demo import make_answerer
 
   questions = [Question(r.question_id, r.question, r.answer, r.memory_id, before_clip=r.before_clip,
                         question_types=r.types) for r in records]
@@ -184,7 +184,7 @@ perception_key = entry_key  # the cache's key: a short hash of the episode confi
 
 def perception_task(root: pathlib.Path, seeds: list[int], progress: bool = True):
   """Episodes `seeds` in the demo's shape, each rendered and memorized end to end in its cached entry under
-  `root` (`m3jax.agent.perception_pool`), asked their own questions: (graphs, records, embedder),
+  `root` (`m3jax.memorize.perception_pool`), asked their own questions: (graphs, records, embedder),
   records[i].memory_id indexing graphs."""
   graphs, records, embed, _ = perceived_episodes(root, seeds, progress=progress)
   return graphs, records, embed

@@ -32,12 +32,12 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from controller_eval import JUDGE, machine  # noqa: E402
 
-from m3jax.agent.control import Question  # noqa: E402
-from m3jax.agent.demo import make_answerer  # noqa: E402
-from m3jax.agent.judges import JudgeItem, is_decline, normalize_answer  # noqa: E402
+from m3jax.control.controller import Question  # noqa: E402
+from m3jax.eval.demo import make_answerer  # noqa: E402
+from m3jax.eval.judges import JudgeItem, is_decline, normalize_answer  # noqa: E402
 from m3jax.data.memory_qa import make_task  # noqa: E402
 from m3jax.data.questions import HELDOUT_SEED_START, NOT_IN_MEMORY  # noqa: E402
-from m3jax.eval import make_embedder  # noqa: E402
+from m3jax.eval.evaluate import make_embedder  # noqa: E402
 
 
 def auc(pos: list[float], neg: list[float]) -> float:

@@ -41,7 +41,7 @@ from m3jax.rl.dynamic_sampling import DynamicBatcher, DynamicSamplingConfig, Gro
 
 def measure_outcomes(n_questions: int, samples: int, seed: int) -> dict[str, np.ndarray]:
   """Per training question, `samples` judged outcomes of the shipped controller (real rollouts)."""
-  from m3jax.agent.answer import trained_adapter_path
+  from m3jax.control.answer import trained_adapter_path
   from m3jax.rl.program import RLProgram
 
   cfg = load_config(ROOT.parent / "configs" / "rl_controller.py",

@@ -11,7 +11,7 @@ equivalences) with the script's. QA uses the deterministic rule-based answerer t
 (`--llm` adds the SmolLM2-135M controller), judged by containment of the ground truth. There is no competitor
 run: the reference pipeline needs insightface, ERes2NetV2, Gemini and a 7B omni model, none of which are here.
 
-With `--videos N`, N episodes (seeds seed..seed+N-1) are memorized twice through `m3jax.agent.lockstep`, one
+With `--videos N`, N episodes (seeds seed..seed+N-1) are memorized twice through `m3jax.memorize.lockstep`, one
 video at a time and all N in lock-step with their model calls batched (`m3jax memorize --videos`), after an
 untimed warm-up of one clip each way (compilation); it prints the CPU model and load and
 RESULT clips_per_s_alone=... clips_per_s_lockstep=... speedup=... (speed claims need a quiet machine).
@@ -29,10 +29,11 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from m3jax.agent.demo import (episode_questions, identity_scores, load_observations, make_answerer,  # noqa: E402
-                              qa_accuracy)
-from m3jax.agent.memorize import MemorizeConfig, Memorizer, load_memory  # noqa: E402
-from m3jax.agent.perceive import PerceptionConfig, PerceptionModels  # noqa: E402
+from m3jax.control.answer import episode_questions  # noqa: E402
+from m3jax.eval.demo import make_answerer, qa_accuracy  # noqa: E402
+from m3jax.eval.scoring import identity_scores, load_observations  # noqa: E402
+from m3jax.memorize.pipeline import MemorizeConfig, Memorizer, load_memory  # noqa: E402
+from m3jax.memorize.perceive import PerceptionConfig, PerceptionModels  # noqa: E402
 from m3jax.data.episode_render import render_episode  # noqa: E402
 from m3jax.data.episodes import QUESTION_TYPES, EpisodeConfig, make_episode  # noqa: E402
 
@@ -40,7 +41,7 @@ from m3jax.data.episodes import QUESTION_TYPES, EpisodeConfig, make_episode  # n
 def lockstep_clips_per_s(videos: list[pathlib.Path], root: pathlib.Path, config: MemorizeConfig, models,
                          in_flight: int, max_clips: int | None = None):
   """clips/s memorizing `videos` into root/<stem>, `in_flight` at a time, and the `LockstepStats`."""
-  from m3jax.agent.lockstep import LockstepStats, run_lockstep
+  from m3jax.memorize.lockstep import LockstepStats, run_lockstep
   jobs = [lambda b, v=v: Memorizer(root / v.stem, config, models=b.models).memorize(v, max_clips=max_clips,
                                                                                    progress=False) for v in videos]
   stats = LockstepStats()

@@ -4,7 +4,7 @@
   python bench/perception_pool.py --seeds 0 8 --dir runs/perception_pool
 
 Each episode is rendered and memorized end to end (faces, voices, Whisper, the template writer) into its cached
-entry (`m3jax.agent.perception_pool`); entries already built are reused, so re-running only adds the seeds not
+entry (`m3jax.memorize.perception_pool`); entries already built are reused, so re-running only adds the seeds not
 yet there. Final line: RESULT episodes=… built=… reused=… seconds_per_built_episode=… questions=… cpu=… load=…
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from m3jax.agent.perception_pool import perceived_episodes  # noqa: E402
+from m3jax.memorize.perception_pool import perceived_episodes  # noqa: E402
 from m3jax.data.questions import check_split  # noqa: E402
 
 

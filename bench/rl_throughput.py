@@ -54,7 +54,7 @@ sys.path.insert(1, str(ROOT.parent))
 
 from competitors import cpu_model  # noqa: E402  (bench/ leads sys.path)
 from learner_flops import matmul_runs  # noqa: E402
-from m3jax.agent.answer import SHIPPED_CONTROLLER  # noqa: E402
+from m3jax.control.answer import SHIPPED_CONTROLLER  # noqa: E402
 from m3jax.config import apply_overrides, load_config  # noqa: E402
 from m3jax.host_memory import retain_freed_memory  # noqa: E402
 from m3jax.rl.dynamic_sampling import DynamicSamplingConfig  # noqa: E402

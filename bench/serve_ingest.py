@@ -33,8 +33,8 @@ import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from m3jax.agent.memorize import Memorizer  # noqa: E402
-from m3jax.agent.observations import ClipMemories, ClipObservation  # noqa: E402
+from m3jax.memorize.pipeline import Memorizer  # noqa: E402
+from m3jax.memorize.observations import ClipMemories, ClipObservation  # noqa: E402
 from m3jax.data.episodes import EpisodeConfig, make_episode, render_gold  # noqa: E402
 from m3jax.memory.search import MemorySearcher  # noqa: E402
 from m3jax.memory.store import load_graph, save_graph  # noqa: E402

@@ -31,7 +31,7 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from m3jax.data.memory_qa import heldout_questions, make_task  # noqa: E402
-from m3jax.eval import make_embedder  # noqa: E402
+from m3jax.eval.evaluate import make_embedder  # noqa: E402
 from m3jax.serve.answering import AskItem, ControllerAnswerer, SharedEmbedCache  # noqa: E402
 from m3jax.serve.batching import Batcher, JoiningBatcher  # noqa: E402
 from m3jax.serve.config import ServeConfig  # noqa: E402

@@ -23,7 +23,7 @@ split, seeds from 1,000,000; 3-4 utterances per 30-s clip) are synthesised alone
 and pitches and transcribed by each model (m3jax, greedy, English forced by the prompt); the word error rate is
 counted against the script's own words (lower case, punctuation dropped; corpus WER = all edits / all script
 words), with its 95% interval over resampled utterances, and each later model − the first (`--models` order) as a
-paired interval over the same utterances (`m3jax.eval_stats.rate_bootstrap`; utterances of one voice are not
+paired interval over the same utterances (`m3jax.eval.stats.rate_bootstrap`; utterances of one voice are not
 independent, so the intervals are if anything too narrow). Each model then memorizes one rendered held-out episode (3 clips, 90 s) after an untimed run of its first
 clip (`memorize_rtf_*` = media seconds / wall seconds; compilation excluded as far as that first clip's shapes go). A model that cannot load (small: its
 packages hold an incomplete file) is reported `refused`. With CTranslate2 installed (bench/setup), its Whisper
@@ -224,8 +224,8 @@ def memorize_rtf(name: str, video: pathlib.Path, work: pathlib.Path) -> tuple[fl
   bound for 2 idle cores that other jobs' load does not move (wall time on a machine loaded 3-6 deep does);
   after an untimed run of its first clip (jit compilation; a later clip's new batch shape would still compile in
   the timed run, which only lowers the factor)."""
-  from m3jax.agent.memorize import MemorizeConfig, Memorizer
-  from m3jax.agent.perceive import PerceptionModels
+  from m3jax.memorize.pipeline import MemorizeConfig, Memorizer
+  from m3jax.memorize.perceive import PerceptionModels
 
   config = MemorizeConfig(asr=name)
   models = PerceptionModels.load(asr=name)
@@ -244,7 +244,7 @@ def run_wer_bench(n_clips: int, models: list[str], compete: bool, memorize: bool
   from competitors import cpu_model
   from m3jax.data.episode_render import render_episode, synthesize_speech
   from m3jax.data.episodes import EpisodeConfig, make_episode
-  from m3jax.eval_stats import rate_bootstrap
+  from m3jax.eval.stats import rate_bootstrap
   from m3jax.models.logmel import log_mel_spectrogram, pad_or_trim
   from m3jax.perception.asr import Transcriber
   from m3jax.perception.asr_models import DEFAULT_ASR

@@ -47,15 +47,17 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from m3jax.agent.demo import ANSWERERS, episode_questions, make_answerer, qa_verdicts, utterance_spans  # noqa: E402
-from m3jax.agent.memorize import default_graph_config  # noqa: E402
-from m3jax.agent.observations import ClipMemories  # noqa: E402
-from m3jax.agent.perceive import PerceptionModels  # noqa: E402
-from m3jax.agent.writers import (CONTRACT_KEYS, LLMWriter, TemplateWriter, WriterOutputError,  # noqa: E402
+from m3jax.control.answer import episode_questions  # noqa: E402
+from m3jax.eval.demo import ANSWERERS, make_answerer, qa_verdicts  # noqa: E402
+from m3jax.eval.scoring import utterance_spans  # noqa: E402
+from m3jax.memorize.pipeline import default_graph_config  # noqa: E402
+from m3jax.memorize.observations import ClipMemories  # noqa: E402
+from m3jax.memorize.perceive import PerceptionModels  # noqa: E402
+from m3jax.memorize.writers import (CONTRACT_KEYS, LLMWriter, TemplateWriter, WriterOutputError,  # noqa: E402
                                  parse_writer_output, read_adapter_card, writer_chat)
 from m3jax.data.episodes import make_episode  # noqa: E402
 from m3jax.data.questions import HELDOUT_SEED_START, TEST_SEED_START  # noqa: E402
-from m3jax.eval_stats import accuracy_interval, paired_bootstrap  # noqa: E402
+from m3jax.eval.stats import accuracy_interval, paired_bootstrap  # noqa: E402
 from m3jax.memory.graph import MemoryGraph  # noqa: E402
 from m3jax.sft.writer_data import clip_target, perceive_episode  # noqa: E402
 from m3jax.sft.writer_metrics import ClipPeople, WriterScore, replay_graph, score_clip  # noqa: E402

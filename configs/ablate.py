@@ -3,8 +3,8 @@
 and the no-semantic-memory and no-equivalence rows also on one 4-clip episode memorized from its video by the real
 perception.
 
-  python -m m3jax.ablate --config configs/ablate.py
-  python -m m3jax.ablate --config configs/ablate.py --set trained_adapter=runs/rl_controller/adapter.npz   # another
+  python -m m3jax.eval.ablate --config configs/ablate.py
+  python -m m3jax.eval.ablate --config configs/ablate.py --set trained_adapter=runs/rl_controller/adapter.npz   # another
 
 The trained controller (the "prompting vs RL" row, and the answerer of the memory rows) is the shipped one,
 m3jax/data/controller/controller.npz, in the protocol its file records; retrieval is MiniLM as it was trained with.
@@ -19,8 +19,8 @@ m3jax/data/controller/MODEL_CARD.md. The RL rows have not been run yet (issue 45
 import dataclasses
 import pathlib
 
-from m3jax.ablate import AblateConfig
-from m3jax.agent.answer import SHIPPED_CONTROLLER
+from m3jax.eval.ablate import AblateConfig
+from m3jax.control.answer import SHIPPED_CONTROLLER
 from m3jax.config import load_config
 
 HERE = pathlib.Path(__file__).resolve().parent

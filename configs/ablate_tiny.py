@@ -1,13 +1,13 @@
 """The ablation table in a few minutes on 2 cores: a random-init tiny controller, 8 held-out questions, one RL step.
 
-  python -m m3jax.ablate --config configs/ablate_tiny.py --set out_dir=runs/ablate_tiny
+  python -m m3jax.eval.ablate --config configs/ablate_tiny.py --set out_dir=runs/ablate_tiny
 
 Plumbing, not results: the tiny policy never answers correctly, so the control and RL rows read 0. The memory rows
 use the rules answerer (deterministic, meaningful on gold memories); it searches by character id, so the designs
 without the node route read n/a there (the LLM answerer runs them: --set memory_answerer=llm).
 """
 
-from m3jax.ablate import AblateConfig
+from m3jax.eval.ablate import AblateConfig
 from m3jax.rl.dynamic_sampling import DynamicSamplingConfig
 from m3jax.rl.learner import LearnerConfig, OptimConfig
 from m3jax.rl.program import RLConfig, TinyModel

@@ -10,8 +10,8 @@ interval.
   m3jax demo --config configs/demo.py --set adapter=runs/rl_controller/adapter.npz       # another controller
 """
 
-from m3jax.agent.demo import DemoConfig
-from m3jax.agent.memorize import MemorizeConfig
+from m3jax.eval.demo import DemoConfig
+from m3jax.memorize.pipeline import MemorizeConfig
 from m3jax.data.episodes import EpisodeConfig
 from m3jax.data.questions import TEST_SEED_START
 

@@ -15,7 +15,7 @@ import pathlib
 
 from m3jax.config import load_module
 from m3jax.data.m3bench import bundled_annotations
-from m3jax.eval import EvalConfig
+from m3jax.eval.evaluate import EvalConfig
 
 recipes = load_module(pathlib.Path(__file__).resolve().parent / "recipes.py")
 

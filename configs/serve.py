@@ -4,7 +4,7 @@
   python serve.py --config configs/serve.py --set port=8765        # serves on 127.0.0.1:8765
 
 The graph, memorization and search settings are ServeConfig's defaults: the graph calibrated for the embedded
-perception models and the search `m3jax ask` uses (m3jax.agent.answer.ASK_SEARCH), so the service and the CLI
+perception models and the search `m3jax ask` uses (m3jax.control.answer.ASK_SEARCH), so the service and the CLI
 retrieve alike.
 """
 

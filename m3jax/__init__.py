@@ -1,13 +1,18 @@
 """m3jax: M3-Agent (a multimodal agent with long-term memory) in JAX/Flax, built for throughput.
 
-Where things live:
-  models/     Flax NNX models (decoder LLMs, encoders), tokenizers, weight readers
-  engine/     the sampler (prefill, continuous-batching decode, constrained turns)
+Where things live (imports flow down this list's layers; tests/test_layering.py checks it):
+  models/     Flax NNX models (decoder LLMs, encoders, log-mel), tokenizers, weight readers
   memory/     the entity-centric memory graph on device and its search tools
-  perception/ faces, speech segments, voices, ASR: media -> identities and transcripts
-  agent/      memorization pipeline, memory writers, the control loop, judges
-  rl/         DAPO/GRPO learner: rollouts, rewards, advantages, losses
+  engine/     the sampler (prefill, continuous-batching decode, constrained turns)
+  perception/ media decoding, faces (detection, clustering), speech segments, voices, ASR
   data/       episode generator, M3-Bench annotations, datasets
+  control/    answering: the control loop, policy, prompts, parsing, trajectories, answerers
+  memorize/   memorizing: the pipeline, lock-step memorization, memory writers, the perception pool
+  rl/         DAPO/GRPO learner: rollouts, rewards, advantages, losses
+  sft/        the memorization model's SFT trainer
+  serve/      the memory service
+  eval/       M3-Bench evaluation, reports, statistics, judges, ablations, the demo
+  cli.py      the `m3jax` command
 """
 
 import os

@@ -54,7 +54,7 @@ def add_memorize(sub) -> None:
 
 
 def _memorize_config(args):
-  from m3jax.agent.memorize import MemorizeConfig
+  from m3jax.memorize.pipeline import MemorizeConfig
   config = load_config(args.config) if args.config else MemorizeConfig()
   if hasattr(config, "memorize"):  # a demo config file: use its memorization part
     config = config.memorize
@@ -97,7 +97,7 @@ def _print_report(report) -> None:
 
 
 def _done_so_far(memory) -> str:
-  from m3jax.agent.memorize import read_manifest
+  from m3jax.memorize.pipeline import read_manifest
 
   manifest = read_manifest(memory)
   return f"clips up to {manifest['next_clip'] - 1}" if manifest and manifest["next_clip"] else "no clip yet"
@@ -116,7 +116,7 @@ def run_memorize(args) -> int:
     raise UserError(f"--max-clips must be >= 1, got {args.max_clips}")
   if (args.video is None) == (args.videos is None):
     raise UserError("give one video, or --videos LIST|GLOB")
-  from m3jax.agent.memorize import Memorizer
+  from m3jax.memorize.pipeline import Memorizer
 
   config = _memorize_config(args)
   if args.video is not None:
@@ -127,17 +127,17 @@ def run_memorize(args) -> int:
 
 def _memorize_many(videos: list[pathlib.Path], root: pathlib.Path, config, args) -> int:
   """This process's contiguous share of `videos`, each into root/<stem>, up to `config.videos_in_flight` at a
-  time in lock-step with their model calls batched (`m3jax.agent.lockstep`; the perception models and an llm
+  time in lock-step with their model calls batched (`m3jax.memorize.lockstep`; the perception models and an llm
   writer's LLM load once, each video gets its own writer: its state belongs to that memory). A video that fails
   (bad media, a refused directory) gets its one-line error and the others go on; the exit status is then 2.
   Process 0 then reports what every process memorized (a collective: a failed process fails the others' exit)."""
   import jax
 
   from m3jax import distributed
-  from m3jax.agent.lockstep import LockstepStats, run_lockstep
-  from m3jax.agent.memorize import Memorizer, config_writer
-  from m3jax.agent.perceive import PerceptionModels
-  from m3jax.agent.writers import LLMWriter
+  from m3jax.memorize.lockstep import LockstepStats, run_lockstep
+  from m3jax.memorize.pipeline import Memorizer, config_writer
+  from m3jax.memorize.perceive import PerceptionModels
+  from m3jax.memorize.writers import LLMWriter
 
   distributed.initialize(config.distributed)  # before any JAX computation
   mine = distributed.shard(videos)
@@ -205,10 +205,10 @@ def run_ask(args) -> int:
     raise UserError("the question is empty")
   if args.before_clip is not None and args.before_clip < 0:
     raise UserError(f"--before-clip must be a clip number >= 0, got {args.before_clip}")
-  from m3jax.agent.answer import trained_adapter_path
-  from m3jax.agent.control import Question
-  from m3jax.agent.demo import make_answerer
-  from m3jax.agent.memorize import load_memory
+  from m3jax.control.answer import trained_adapter_path
+  from m3jax.control.controller import Question
+  from m3jax.eval.demo import make_answerer
+  from m3jax.memorize.pipeline import load_memory
   from m3jax.models.bert import TextEmbedder
 
   if args.answerer == "trained":
@@ -245,8 +245,8 @@ def add_eval(sub) -> None:
 
 
 def run_eval(args) -> int:
-  from m3jax.eval import EvalConfig, evaluate
-  from m3jax.eval_report import format_summary
+  from m3jax.eval.evaluate import EvalConfig, evaluate
+  from m3jax.eval.report import format_summary
 
   if args.limit is not None and args.limit < 1:
     raise UserError(f"--limit must be >= 1, got {args.limit}")
@@ -271,7 +271,7 @@ def add_demo(sub) -> None:
 
 
 def run_demo(args) -> int:
-  from m3jax.agent.demo import DemoConfig, format_demo, run_demo as demo
+  from m3jax.eval.demo import DemoConfig, format_demo, run_demo as demo
 
   config = load_config(args.config) if args.config else DemoConfig()
   result = demo(apply_overrides(config, args.overrides))

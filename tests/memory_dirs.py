@@ -1,4 +1,4 @@
-"""Memory directories compared by content (m3jax.agent.memorize's format), for tests that memorize one video in
+"""Memory directories compared by content (m3jax.memorize.pipeline's format), for tests that memorize one video in
 several ways (alone, batched with others, on other process counts) and expect the same memory."""
 
 import json

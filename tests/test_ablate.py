@@ -1,4 +1,4 @@
-"""`python -m m3jax.ablate --config configs/ablate_tiny.py`: table, PNG and JSON in out_dir, and a rerun resumes."""
+"""`python -m m3jax.eval.ablate --config configs/ablate_tiny.py`: table, PNG and JSON in out_dir, and a rerun resumes."""
 
 import dataclasses
 import json
@@ -6,7 +6,7 @@ import pathlib
 
 import pytest
 
-from m3jax.ablate import Ablation, EvalSpec, main
+from m3jax.eval.ablate import Ablation, EvalSpec, main
 from m3jax.config import load_config
 from m3jax.errors import UserError, run_cli
 

@@ -45,8 +45,8 @@ def test_default_rendering_is_unchanged(cfg, ep_id, digest):
 
 
 def test_pool_keys_are_unchanged_by_default_and_change_with_the_flag():
-  from m3jax.agent.memorize import MemorizeConfig
-  from m3jax.agent.perception_pool import entry_key
+  from m3jax.memorize.pipeline import MemorizeConfig
+  from m3jax.memorize.perception_pool import entry_key
   assert entry_key(EpisodeConfig(), MemorizeConfig()) == "ac8f38da1d3d"  # main at 5ea477f
   assert entry_key(EpisodeConfig(seed=5, num_clips=4), MemorizeConfig()) == "b1139b915ad1"
   cfg = EpisodeConfig(num_clips=2, num_characters=2)
@@ -63,7 +63,7 @@ CLIP = EpisodeConfig(seed=1_000_000, num_clips=1, num_characters=2, clip_seconds
 def _perceive(ep):
   """(frames at 5 fps, times, face tracks from dlib at 1 fps, voice segments from the script: voice id = the
   speaker's index in the cast, track -> name by screen order)."""
-  from m3jax.agent.perceive import cluster_faces
+  from m3jax.perception.faces import cluster_faces
   from m3jax.perception.faces import DlibFaceBackend, detect_faces
   cfg = ep.config
   frames = np.stack(list(_clip_frames(ep, 0)))

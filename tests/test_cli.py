@@ -146,8 +146,8 @@ def test_eval_module_errors_are_one_line_and_leave_no_results_file(tmp_path):
 def test_llm_policy_refuses_a_question_longer_than_the_model_before_allocating():
   from flax import nnx
 
-  from m3jax.agent.control import Controller, ControlConfig, Question
-  from m3jax.agent.policy import LLMPolicy, PromptTooLongError, prompt_token_limit
+  from m3jax.control.controller import Controller, ControlConfig, Question
+  from m3jax.control.policy import LLMPolicy, PromptTooLongError, prompt_token_limit
   from m3jax.models.decoder import Decoder, DecoderConfig
   from m3jax.engine.sampling import Sampler, SamplingConfig
   from m3jax.models.tokenizer import load_tokenizer

@@ -6,9 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from m3jax.agent.observations import ClipObservation, FaceObservation, SpeechObservation
-from m3jax.agent.policy import ChatCompleter
-from m3jax.agent.writers import CONTRACT_KEYS, LLMWriter, parse_writer_output, writer_constraint
+from m3jax.memorize.observations import ClipObservation, FaceObservation, SpeechObservation
+from m3jax.control.policy import ChatCompleter
+from m3jax.memorize.writers import CONTRACT_KEYS, LLMWriter, parse_writer_output, writer_constraint
 from m3jax.engine.constrained import DEAD, TokenConstraint, compile_constraint, json_string_lists, token_bytes
 from m3jax.models.decoder import Decoder, DecoderConfig
 from m3jax.engine.sampling import Sampler, SamplingConfig

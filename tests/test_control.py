@@ -7,9 +7,9 @@ import pathlib
 import numpy as np
 import pytest
 
-from m3jax.agent import prompts
-from m3jax.agent.control import Controller, ControlConfig, Question
-from m3jax.agent.policy import Turn
+from m3jax.control import prompts
+from m3jax.control.controller import Controller, ControlConfig, Question
+from m3jax.control.policy import Turn
 from m3jax.memory.fixture_embedder import HashedBowEmbedder
 from m3jax.memory.search import MemorySearcher, SearchConfig
 from m3jax.memory.reference_pickle import load_reference_pickle

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from m3jax.agent import prompts
-from m3jax.agent.control import Controller, ControlConfig, Question
-from m3jax.agent.judges import JudgeItem, LocalLLMJudge, Verdict
-from m3jax.agent.policy import ChatCompleter, LLMPolicy, continuation_text
+from m3jax.control import prompts
+from m3jax.control.controller import Controller, ControlConfig, Question
+from m3jax.eval.judges import JudgeItem, LocalLLMJudge, Verdict
+from m3jax.control.policy import ChatCompleter, LLMPolicy, continuation_text
 from m3jax.memory.fixture_embedder import HashedBowEmbedder
 from m3jax.memory.search import MemorySearcher, SearchConfig
 from m3jax.memory.reference_pickle import load_reference_pickle
@@ -102,8 +102,8 @@ def test_smollm2_end_to_end_smoke(smollm2, searcher):
 def test_action_constraints_make_every_turn_a_valid_action(tokenizer, searcher):
   """A random policy decoded inside the action format: every turn parses (never a format error), searches run,
   and the last round can only answer."""
-  from m3jax.agent.parsing import parse_turn
-  from m3jax.agent.policy import ActionConstraints
+  from m3jax.control.parsing import parse_turn
+  from m3jax.control.policy import ActionConstraints
 
   cfg = DecoderConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2,
                       num_kv_heads=1, head_dim=16, tie_embeddings=True)
@@ -126,7 +126,7 @@ def test_continuous_batching_gives_the_static_trajectories(tokenizer, searcher):
   """Slots refilled as questions finish: every question's tokens, log-probs and searches equal the static batch's,
   greedy and (with per-episode row ids, as RL rollouts use) sampled, where questions end at different rounds;
   a rerun compiles nothing new."""
-  from m3jax.agent.policy import ActionConstraints
+  from m3jax.control.policy import ActionConstraints
 
   cfg = DecoderConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2,
                       num_kv_heads=1, head_dim=16, tie_embeddings=True)
@@ -165,7 +165,7 @@ def test_questions_joining_a_running_stream_get_the_static_trajectories(tokenize
   `take` returning None stops the loop once the running questions end."""
   import collections
 
-  from m3jax.agent.policy import ActionConstraints
+  from m3jax.control.policy import ActionConstraints
 
   cfg = DecoderConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2,
                       num_kv_heads=1, head_dim=16, tie_embeddings=True)

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from m3jax.agent import prompts
-from m3jax.agent.parsing import ParsedTurn, choice_letter, parse_turn, parse_turn_reference, route_for
+from m3jax.control import prompts
+from m3jax.control.parsing import ParsedTurn, choice_letter, parse_turn, parse_turn_reference, route_for
 from m3jax.data.m3bench import AnnotationError, bundled_annotations, load_annotations, normalize_label, \
   parse_annotations, timestamp_to_before_clip
 

@@ -57,7 +57,7 @@ def test_perception_directories_are_keyed_on_episode_and_memorize_settings(bench
   episode or of the memorize settings gets another one instead of a stale memory."""
   import dataclasses
 
-  from m3jax.agent.demo import DemoConfig
+  from m3jax.eval.demo import DemoConfig
 
   cfg = DemoConfig()
   key = bench.perception_key(cfg.episode, cfg.memorize)

@@ -171,7 +171,7 @@ def test_dev_and_test_annotations_are_byte_identical():
 
 
 def test_distractors_are_the_other_values_of_the_answer_slot(episodes):
-  from m3jax.agent.judges import normalize_answer
+  from m3jax.eval.judges import normalize_answer
   for ep in episodes["test"][:40] + episodes["train"][:40]:
     drinks = {c.facts[k] for c in ep.characters for k in ("drink", "dislike")}
     for q in ep.qa_list:
@@ -236,8 +236,8 @@ def _utterances(ep):
 
 
 def test_unanswerable_questions_have_the_canonical_answer_and_no_evidence(episodes):
-  from m3jax.agent.demo import answer_correct
-  from m3jax.agent.judges import JudgeItem, RuleJudge
+  from m3jax.eval.demo import answer_correct
+  from m3jax.eval.judges import JudgeItem, RuleJudge
   n = 0
   for ep in episodes["train"] + episodes["heldout"]:
     utts, cast = _utterances(ep), {c.name: c for c in ep.characters}

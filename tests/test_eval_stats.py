@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from m3jax.eval_stats import accuracy_interval, paired_bootstrap, rate_bootstrap, wilson_interval
+from m3jax.eval.stats import accuracy_interval, paired_bootstrap, rate_bootstrap, wilson_interval
 
 
 def test_wilson_interval_known_values():

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from m3jax.agent.judges import HTTPJudge, HTTPJudgeConfig, JudgeError, JudgeItem, LocalLLMJudge, RuleJudge, \
+from m3jax.eval.judges import HTTPJudge, HTTPJudgeConfig, JudgeError, JudgeItem, LocalLLMJudge, RuleJudge, \
   make_judge, normalize_answer, parse_yes_no, token_f1
 
 

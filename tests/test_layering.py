@@ -1,7 +1,12 @@
 """Imports flow one way: models and memory at the bottom, then the generation engine, then perception and data,
-then the agent, then the programs (rl, sft, serve, eval), then the CLI. An upward import (agent/writers.py ->
-sft/omni_writer.py was one) ties a low layer to everything above it and makes circles possible; this test names
-each one it finds."""
+then the agent's two jobs (control, then memorize above it: the perception pool asks its episodes' questions with
+control's `episode_questions`; control never imports memorize), then the programs (rl, sft, serve, eval), then the
+CLI. An upward import (memorize/writers.py -> sft/omni_writer.py was one) ties a low layer to everything above it
+and makes circles possible; this test names each one it finds.
+
+Sideways imports within the programs' layer: rl/ imports `eval.evaluate.make_embedder` and its reward's judges
+(`eval.judges`), `eval.ablate` runs RL programs (`rl.program`), and sft/ scores writers with `eval.scoring`;
+`test_no_import_cycles` keeps them from closing a circle."""
 
 import ast
 import pathlib
@@ -11,11 +16,12 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "m3jax"
 # m3jax.<first component> -> layer; a module may import from its own layer or any lower one.
 LAYERS = {
     "models": 0, "memory": 0, "parallel": 0, "config": 0, "errors": 0, "host_memory": 0, "checkpoint": 0,
-    "distributed": 0, "eval_stats": 0, "chunks": 0,
+    "distributed": 0, "chunks": 0,
     "engine": 0.5,
     "perception": 1, "data": 1,
-    "agent": 2,
-    "rl": 3, "sft": 3, "serve": 3, "eval": 3, "eval_report": 3, "ablate": 3, "ablate_report": 3,
+    "control": 2,
+    "memorize": 2.5,
+    "rl": 3, "sft": 3, "serve": 3, "eval": 3,
     "cli": 4,
 }
 
@@ -57,9 +63,9 @@ def test_no_upward_imports():
 
 
 def test_an_upward_import_is_found(tmp_path):
-  (tmp_path / "agent").mkdir()
-  (tmp_path / "agent" / "writers.py").write_text("def f():\n  from m3jax.sft.omni_writer import load\n")
-  assert upward_imports(tmp_path) == ["m3jax/agent/writers.py:2 imports m3jax.sft.omni_writer"]
+  (tmp_path / "memorize").mkdir()
+  (tmp_path / "memorize" / "writers.py").write_text("def f():\n  from m3jax.sft.omni_writer import load\n")
+  assert upward_imports(tmp_path) == ["m3jax/memorize/writers.py:2 imports m3jax.sft.omni_writer"]
 
 
 def _runtime_imports(tree: ast.AST):
@@ -122,10 +128,10 @@ def test_no_import_cycles():
 
 
 def test_an_import_cycle_is_found(tmp_path):
-  (tmp_path / "agent").mkdir()
-  (tmp_path / "agent" / "writers.py").write_text("def f():\n  from m3jax.agent.omni import load\n")
-  (tmp_path / "agent" / "omni.py").write_text("from m3jax.agent import writers\n")
-  (tmp_path / "agent" / "other.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                                                "  from m3jax.agent.omni import load\n")
-  (tmp_path / "agent" / "__init__.py").write_text("from m3jax.agent.other import x\n")
-  assert import_cycles(tmp_path) == [["m3jax.agent.omni", "m3jax.agent.writers"]]
+  (tmp_path / "memorize").mkdir()
+  (tmp_path / "memorize" / "writers.py").write_text("def f():\n  from m3jax.memorize.omni import load\n")
+  (tmp_path / "memorize" / "omni.py").write_text("from m3jax.memorize import writers\n")
+  (tmp_path / "memorize" / "other.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                                "  from m3jax.memorize.omni import load\n")
+  (tmp_path / "memorize" / "__init__.py").write_text("from m3jax.memorize.other import x\n")
+  assert import_cycles(tmp_path) == [["m3jax.memorize.omni", "m3jax.memorize.writers"]]

@@ -12,13 +12,13 @@ import av
 import numpy as np
 import pytest
 
-from m3jax.agent.answer import RuleAnswerer
-from m3jax.agent.control import Question
-from m3jax.agent.media import MediaError
-from m3jax.agent.memorize import MemorizeConfig, Memorizer, MemoryDirError, load_memory, read_manifest
-from m3jax.agent.observations import ClipObservation, FaceObservation, SpeechObservation
-from m3jax.agent.perceive import PerceptionConfig, PerceptionModels
-from m3jax.agent.writers import LLMWriter, TemplateWriter, parse_writer_output, WriterOutputError
+from m3jax.control.answer import RuleAnswerer
+from m3jax.control.controller import Question
+from m3jax.perception.media import MediaError
+from m3jax.memorize.pipeline import MemorizeConfig, Memorizer, MemoryDirError, load_memory, read_manifest
+from m3jax.memorize.observations import ClipObservation, FaceObservation, SpeechObservation
+from m3jax.memorize.perceive import PerceptionConfig, PerceptionModels
+from m3jax.memorize.writers import LLMWriter, TemplateWriter, parse_writer_output, WriterOutputError
 from m3jax.data.episode_render import load_photo, render_episode, synthesize_speech
 from m3jax.data.episodes import EpisodeConfig, make_episode
 
@@ -277,7 +277,7 @@ def test_cli_ask_and_bad_input(memorized, episode, capsys, tmp_path):
 
 
 def test_demo_judge_needs_every_part_of_the_truth():
-  from m3jax.agent.demo import answer_correct
+  from m3jax.eval.demo import answer_correct
   assert answer_correct('Rachel says: "I work as an engineer. I have lived in Chicago."', "Engineer, Chicago.")
   assert not answer_correct("She is an engineer.", "Engineer, Chicago.")
   assert answer_correct("Rachel", "Rachel.") and not answer_correct("", "Rachel.")
@@ -286,7 +286,8 @@ def test_demo_judge_needs_every_part_of_the_truth():
 def test_demo_defaults_to_a_test_episode_scored_strict_and_contains():
   """The demo's episode is a test-split one, it says so, and a list that holds the truth (paid by `contains`) is
   wrong under the strict judge, which the demo prints first, with trained − rules and its paired interval."""
-  from m3jax.agent.demo import DemoConfig, demo_scores, episode_questions, format_demo
+  from m3jax.control.answer import episode_questions
+  from m3jax.eval.demo import DemoConfig, demo_scores, format_demo
   from m3jax.data.questions import TEST_SEED_START, split_of
 
   cfg = DemoConfig()
@@ -342,10 +343,10 @@ def test_memorizer_builds_the_writer_its_config_names(tmp_path, monkeypatch):
   (`writer_chat`, which loads the LLM, is replaced here by a recorder: loading SmolLM2 is covered elsewhere)."""
   import dataclasses
 
-  from m3jax.agent import memorize
+  from m3jax.memorize import pipeline
   assert isinstance(Memorizer(tmp_path / "t", CONFIG).writer, TemplateWriter)
   asked = []
-  monkeypatch.setattr(memorize, "writer_chat", lambda llm: asked.append(llm) or (lambda batch: ["{}"] * len(batch)))
+  monkeypatch.setattr(pipeline, "writer_chat", lambda llm: asked.append(llm) or (lambda batch: ["{}"] * len(batch)))
   m = Memorizer(tmp_path / "l", dataclasses.replace(CONFIG, writer="llm", writer_llm="my-llm.gguf"))
   assert isinstance(m.writer, LLMWriter) and asked == ["my-llm.gguf"]
   assert m.settings["writer"] == "llm" and m.settings["writer_model"] == "my-llm.gguf"
@@ -375,7 +376,7 @@ def test_cli_eval_answers_from_the_memory_dirs_of_mem_path(memorized, episode, t
   import os
 
   from m3jax.cli import main
-  from m3jax.eval_report import read_jsonl
+  from m3jax.eval.report import read_jsonl
   mem, _, _ = memorized
   ep, paths = episode
   ann = tmp_path / "ann" / "episode.json"
@@ -420,7 +421,8 @@ def test_the_shipped_controller_answers_from_perception_built_memory(memorized, 
   memory that perception built. It answers in its own short words, not by quoting memory lines as the rules
   answerer does, and gets a good share of the episode's questions right (measured: 6, the rules answerer 7;
   the untrained base answers none of the demo's; measured with the stage-2 adapter)."""
-  from m3jax.agent.demo import answer_correct, episode_questions, make_answerer
+  from m3jax.control.answer import episode_questions
+  from m3jax.eval.demo import answer_correct, make_answerer
   from m3jax.cli import main
 
   mem, _, _ = memorized

@@ -1,4 +1,4 @@
-"""`m3jax memorize --videos` with several videos in lock-step (m3jax.agent.lockstep): the model calls are batched
+"""`m3jax memorize --videos` with several videos in lock-step (m3jax.memorize.lockstep): the model calls are batched
 across videos, yet each video's memory directory holds what memorizing it alone gives."""
 
 import json
@@ -53,15 +53,15 @@ def test_videos_in_lockstep_memorize_as_alone_and_a_corrupt_one_fails_alone(vide
 
 
 def test_videos_in_flight_is_validated():
-  from m3jax.agent.memorize import MemorizeConfig
+  from m3jax.memorize.pipeline import MemorizeConfig
   with pytest.raises(ValueError, match="videos_in_flight must be >= 1"):
     MemorizeConfig(videos_in_flight=0)
 
 
 def test_a_failing_batch_is_rerun_per_video_so_the_error_reaches_its_video():
   """Two videos call the text model in one batch, one with a bad input: only that video gets the error."""
-  from m3jax.agent.lockstep import LockstepStats, run_lockstep
-  from m3jax.agent.perceive import PerceptionModels
+  from m3jax.memorize.lockstep import LockstepStats, run_lockstep
+  from m3jax.memorize.perceive import PerceptionModels
 
   def text(texts):
     if any(not isinstance(t, str) for t in texts):
@@ -79,8 +79,8 @@ def test_a_failing_batch_is_rerun_per_video_so_the_error_reaches_its_video():
 def test_ctrl_c_stops_every_video_at_its_next_model_call():
   """A KeyboardInterrupt (here raised inside one video) reaches every other live video at the call it is parked
   at, so each rolls back as it would alone, and then leaves run_lockstep; a video not yet started never starts."""
-  from m3jax.agent.lockstep import run_lockstep
-  from m3jax.agent.perceive import PerceptionModels
+  from m3jax.memorize.lockstep import run_lockstep
+  from m3jax.memorize.perceive import PerceptionModels
 
   models = PerceptionModels(faces=None, vad=None, encoder=None, asr=None,
                             text=lambda texts: np.zeros((len(texts), 1), np.float32))

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from m3jax.agent.memorize import FORMAT, VERSION, load_memory
+from m3jax.memorize.pipeline import FORMAT, VERSION, load_memory
 from m3jax.memory import journal
 from m3jax.memory.fixture_embedder import HashedBowEmbedder
 from m3jax.memory.graph import FACE, GraphConfig, GraphError, MemoryGraph

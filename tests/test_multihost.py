@@ -316,8 +316,8 @@ def test_settings_from_overrides_environment_and_validation():
     distributed.DistributedConfig(coordinator_address="localhost")
   with pytest.raises(ValueError, match="process_id=2 is not in 0..1"):
     distributed.DistributedConfig(num_processes=2, process_id=2)
-  from m3jax.agent.memorize import MemorizeConfig
-  from m3jax.eval import EvalConfig
+  from m3jax.memorize.pipeline import MemorizeConfig
+  from m3jax.eval.evaluate import EvalConfig
   from m3jax.rl.program import RLConfig
   from m3jax.sft.run import SFTConfig
   for config in (SFTConfig(), RLConfig(), EvalConfig(), MemorizeConfig()):

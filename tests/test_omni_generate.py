@@ -7,13 +7,13 @@ import jax
 import numpy as np
 from flax import nnx
 
-from m3jax.agent.observations import ClipObservation, FaceObservation, SpeechObservation
+from m3jax.memorize.observations import ClipObservation, FaceObservation, SpeechObservation
 from m3jax.engine.omni_generate import generate
 from m3jax.models.omni.processor import ProcessorConfig
 from m3jax.models.omni.thinker import Thinker
 from m3jax.engine.sampling import SamplingConfig
 from m3jax.models.omni.chat import ByteTokenizer, MemoryExample, collate, encode_example
-from m3jax.agent.omni_writer import ClipMedia, OmniWriter
+from m3jax.memorize.omni_writer import ClipMedia, OmniWriter
 from m3jax.sft.run import TinyThinker
 
 PROC = ProcessorConfig(video_min_pixels=28 * 28, video_max_pixels=56 * 56, image_min_pixels=28 * 28,

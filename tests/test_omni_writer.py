@@ -14,13 +14,13 @@ from transformers import PreTrainedTokenizerFast
 from transformers.models.qwen2_5_omni.configuration_qwen2_5_omni import Qwen2_5OmniThinkerConfig
 from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import Qwen2_5OmniThinkerForConditionalGeneration
 
-from m3jax.agent.memorize import MemorizeConfig, Memorizer, load_memory, read_manifest
-from m3jax.agent.perceive import PerceptionConfig, PerceptionModels
-from m3jax.agent.memorize import make_writer
+from m3jax.memorize.pipeline import MemorizeConfig, Memorizer, load_memory, read_manifest
+from m3jax.memorize.perceive import PerceptionConfig, PerceptionModels
+from m3jax.memorize.pipeline import make_writer
 from m3jax.data.episode_render import render_episode
 from m3jax.data.episodes import EpisodeConfig, make_episode
 from m3jax.models.omni.processor import ProcessorConfig
-from m3jax.agent.omni_writer import OmniWriter
+from m3jax.memorize.omni_writer import OmniWriter
 
 SPECIAL = ["<|im_start|>", "<|im_end|>", "<|IMAGE|>", "<|VIDEO|>", "<|AUDIO|>", "<|vision_bos|>", "<|vision_eos|>",
            "<|audio_bos|>", "<|audio_eos|>"]  # ids 256.. after the 256 byte tokens

@@ -1,4 +1,4 @@
-"""The perception pool (m3jax.agent.perception_pool): a train-split episode rendered and memorized end to end once,
+"""The perception pool (m3jax.memorize.perception_pool): a train-split episode rendered and memorized end to end once,
 then reused from its cache entry without rendering or memorizing again; changed settings get their own entry, and
 an entry recorded with other settings is refused. `train.py rl` mixes the pool's questions with the gold graphs'
 at `pool_ratio`."""
@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from m3jax.agent import perception_pool
-from m3jax.agent.memorize import MemorizeConfig
+from m3jax.memorize import perception_pool
+from m3jax.memorize.pipeline import MemorizeConfig
 from m3jax.data.episodes import EpisodeConfig
 
 # one 12-s clip with one person: the smallest episode that still has speech, a face and questions
@@ -36,10 +36,10 @@ def test_the_pool_is_built_once_and_reused(pool, monkeypatch):
   def never(*a, **kw):
     raise AssertionError("a cached entry was built again")
 
-  from m3jax.agent import memorize
+  from m3jax.memorize import pipeline
   from m3jax.data import episode_render
   monkeypatch.setattr(episode_render, "render_episode", never)
-  monkeypatch.setattr(memorize.Memorizer, "memorize", never)
+  monkeypatch.setattr(pipeline.Memorizer, "memorize", never)
   again, records2, _, stats2 = perception_pool.perceived_episodes(root, [SEED], TINY, MemorizeConfig(),
                                                                   progress=False)
   assert stats2[0]["cached"] and stats2[0]["build_seconds"] == stats[0]["build_seconds"]

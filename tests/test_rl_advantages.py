@@ -69,7 +69,7 @@ def test_reward_components_by_hand():
 
 
 def test_a_wrong_guess_scores_below_a_decline_with_the_wrong_answer_penalty():
-  from m3jax.agent.judges import is_decline
+  from m3jax.eval.judges import is_decline
 
   answers = ["Tea.", "Coffee.", "The memory does not say.", None]  # right, wrong, declined, never answered
   eps = [rewards.EpisodeStats(a, 0, 0, 0, 10, declined=is_decline(a)) for a in answers]

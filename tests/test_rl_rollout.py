@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from m3jax.agent.trajectory import RoundRecord, Trajectory
+from m3jax.control.trajectory import RoundRecord, Trajectory
 from m3jax.rl import rollout
 
 

@@ -59,7 +59,7 @@ def test_rl_train_with_a_local_llm_judge(tmp_path):
   import torch
   import transformers
 
-  from m3jax.agent.judges import JudgeItem, LocalLLMJudge
+  from m3jax.eval.judges import JudgeItem, LocalLLMJudge
   from m3jax.config import apply_overrides, load_config
   from m3jax.models.tokenizer import load_tokenizer
   from m3jax.models.weights.gguf import smollm2_path
@@ -150,7 +150,7 @@ def test_the_controller_recipe_reproduces_from_the_repository():
   which configs/rl_controller_warm.py makes; each file's metadata names the settings of the config that made it."""
   import pathlib
 
-  from m3jax.agent.answer import SHIPPED_CONTROLLER
+  from m3jax.control.answer import SHIPPED_CONTROLLER
   from m3jax.config import load_config
   from m3jax.models.lora import read_adapter_meta
 

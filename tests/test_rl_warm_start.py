@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from m3jax.agent.control import ControlConfig, Controller, Question
-from m3jax.agent.prompts import END_OF_TURN, FIRST_USER_MESSAGE, render_chatml, round_suffix, system_message
+from m3jax.control.controller import ControlConfig, Controller, Question
+from m3jax.control.prompts import END_OF_TURN, FIRST_USER_MESSAGE, render_chatml, round_suffix, system_message
 from m3jax.config import load_config
 from m3jax.rl import losses
 from m3jax.rl.program import RLProgram, _questions

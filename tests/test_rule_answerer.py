@@ -6,8 +6,8 @@ must still come from a memory naming the speaker (seen: the trained writer's rul
 
 import numpy as np
 
-from m3jax.agent.answer import RuleAnswerer
-from m3jax.agent.control import Question
+from m3jax.control.answer import RuleAnswerer
+from m3jax.control.controller import Question
 from m3jax.memory import GraphConfig, MemoryGraph
 from m3jax.memory.fixture_embedder import HashedBowEmbedder
 

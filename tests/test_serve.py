@@ -300,13 +300,13 @@ class _ScriptedPolicy:
     self.scripts, self.received = scripts, []
 
   def begin(self, conversations):
-    from m3jax.agent.policy import Turn
+    from m3jax.control.policy import Turn
     self.rounds = [0] * len(conversations)
     self.received = [[] for _ in conversations]
     return [self._turn(r, Turn) for r in range(len(conversations))]
 
   def step(self, rows, user_messages):
-    from m3jax.agent.policy import Turn
+    from m3jax.control.policy import Turn
     for r, m in zip(rows, user_messages):
       self.received[r].append(m)
     return [self._turn(r, Turn) for r in rows]
@@ -354,7 +354,7 @@ class _SlotScripts:
     return slots
 
   def advance(self, starts, continues):
-    from m3jax.agent.policy import Turn
+    from m3jax.control.policy import Turn
     gate = self.gates.pop(len(self.calls), None)
     if gate is not None:
       gate.wait(10)
@@ -510,7 +510,7 @@ def test_write_through_a_stale_handle_after_delete_is_refused(tmp_path):
 def test_one_kernel_call_answers_a_batch_over_many_spaces(tmp_path, monkeypatch):
   """A batch whose questions hit three spaces makes ONE search-kernel call (not one per space), and each
   answer equals that space searched alone."""
-  from m3jax.agent.answer import RETRIEVAL_ROUTE
+  from m3jax.control.answer import RETRIEVAL_ROUTE
   from m3jax.memory import search as search_lib
   from m3jax.memory.fixture_embedder import HashedBowEmbedder
   from m3jax.serve.answering import AskItem, RetrievalAnswerer, SharedEmbedCache

@@ -1,6 +1,6 @@
 """A memory directory written for `m3jax ask` imports into the service (`serve.py import-memory`), and the
 service retrieves what `m3jax ask` answers from, for the same question: both read one retrieval configuration
-(`m3jax.agent.answer.ASK_SEARCH` / `RETRIEVAL_ROUTE`)."""
+(`m3jax.control.answer.ASK_SEARCH` / `RETRIEVAL_ROUTE`)."""
 
 import contextlib
 import dataclasses
@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from m3jax.agent.memorize import FORMAT, VERSION, MemorizeConfig, default_graph_config
+from m3jax.memorize.pipeline import FORMAT, VERSION, MemorizeConfig, default_graph_config
 from m3jax.data.memory_qa import episode_graph
 from m3jax.models.bert import TextEmbedder
 from m3jax.serve.spaces import SpaceError
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 
 
 def _memory_dir(path, graph) -> None:
-  """The layout `m3jax memorize` leaves (m3jax.agent.memorize): a graph snapshot named by manifest.json."""
+  """The layout `m3jax memorize` leaves (m3jax.memorize.pipeline): a graph snapshot named by manifest.json."""
   clips = graph.max_clip + 1
   save_graph(graph, path / f"graph_{clips:05d}")
   config = MemorizeConfig()

@@ -130,8 +130,8 @@ def test_base_transcripts_match_transformers_greedy(base, base_speech):
 
 
 def test_memorize_asr_setting():
-  from m3jax.agent.demo import DemoConfig
-  from m3jax.agent.memorize import MemorizeConfig, memory_settings
+  from m3jax.eval.demo import DemoConfig
+  from m3jax.memorize.pipeline import MemorizeConfig, memory_settings
   from m3jax.config import apply_overrides
 
   assert apply_overrides(MemorizeConfig(), ["asr=base"]).asr == "base"

@@ -12,11 +12,11 @@ import sys
 
 import pytest
 
-from m3jax.agent.demo import utterance_spans
-from m3jax.agent.memorize import default_graph_config, load_memory
-from m3jax.agent.observations import ClipMemories, ClipObservation, FaceObservation, SpeechObservation
-from m3jax.agent.perceive import PerceptionModels
-from m3jax.agent.writers import LLMWriter, TemplateWriter, clip_prompt, parse_writer_output
+from m3jax.eval.scoring import utterance_spans
+from m3jax.memorize.pipeline import default_graph_config, load_memory
+from m3jax.memorize.observations import ClipMemories, ClipObservation, FaceObservation, SpeechObservation
+from m3jax.memorize.perceive import PerceptionModels
+from m3jax.memorize.writers import LLMWriter, TemplateWriter, clip_prompt, parse_writer_output
 from m3jax.data.episodes import EpisodeConfig, make_episode
 from m3jax.memory.graph import MemoryGraph
 from m3jax.sft import writer_data
@@ -83,7 +83,7 @@ def test_targets_hold_only_what_perception_gives(perceived):
 
 @pytest.fixture(scope="module")
 def shipped_writer():
-  from m3jax.agent.writers import SHIPPED_WRITER, trained_writer
+  from m3jax.memorize.writers import SHIPPED_WRITER, trained_writer
   return trained_writer(SHIPPED_WRITER)
 
 
@@ -195,8 +195,8 @@ def test_config_adapter_builds_the_trained_writer(tmp_path, monkeypatch):
   arguments). A controller adapter, or a file that is not an adapter, is refused by name."""
   from flax import nnx
 
-  from m3jax.agent import writers
-  from m3jax.agent.memorize import MemorizeConfig, Memorizer
+  from m3jax.memorize import writers
+  from m3jax.memorize.pipeline import MemorizeConfig, Memorizer
   from m3jax.checkpoint import CheckpointError
   from m3jax.models import lora
   from m3jax.models.decoder import Decoder, DecoderConfig

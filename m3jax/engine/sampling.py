@@ -20,7 +20,7 @@ Throughput design:
 * `continue_` appends new tokens (a tool result, a user message) at each row's own cache offset and keeps decoding,
   without re-prefilling the conversation;
 * `reset_rows` empties chosen rows of a live state, so a finished conversation's slot takes a new one while the
-  other rows keep their caches (continuous batching, `m3jax.agent.control.Controller.run(slots=...)`);
+  other rows keep their caches (continuous batching, `m3jax.control.controller.Controller.run(slots=...)`);
 * a call that feeds a few rows of a wide state decodes them in a batch of their own bucket (`_continue_subset`);
 * rows fed chunks of very different lengths (a new prompt beside short tool results) prefill in groups of their
   own width instead of all at the longest one's (`_width_groups`).

@@ -86,7 +86,7 @@ class SpeakerScores:
 
 def tracks_from_detections(detections, labels: Sequence[int], frame_times: np.ndarray) -> list[FaceTrack]:
   """Face tracks from `perception.faces.FaceDetection`s (their `frame_index` into `frame_times`) grouped by
-  cluster label (`agent.perceive.cluster_faces`)."""
+  cluster label (`faces.cluster_faces`)."""
   out = []
   for label in sorted(set(int(l) for l in labels)):
     dets = sorted((d for d, l in zip(detections, labels) if int(l) == label), key=lambda d: d.frame_index)

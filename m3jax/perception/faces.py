@@ -173,3 +173,21 @@ def detect_faces(frames: Sequence[np.ndarray], min_det_score: float = 0.5, min_f
   if isinstance(frames, np.ndarray) and frames.ndim == 3 and frames.shape[-1] in (3, 4):
     raise ImageInputError("pass a sequence of frames, not a single HxWx3 frame")
   return (backend or default_backend()).analyze(frames, FaceFilter(min_det_score, min_face_size, min_quality))
+
+
+def cluster_faces(embeddings: np.ndarray, threshold: float) -> np.ndarray:
+  """Greedy online clustering of unit embeddings: join the most similar centroid if cosine >= threshold."""
+  labels = np.full(len(embeddings), -1, np.int64)
+  sums: list[np.ndarray] = []
+  for i, e in enumerate(embeddings):
+    if sums:
+      cent = np.stack(sums)
+      sims = cent @ e / np.linalg.norm(cent, axis=1)
+      j = int(np.argmax(sims))
+      if sims[j] >= threshold:
+        labels[i] = j
+        sums[j] = sums[j] + e
+        continue
+    labels[i] = len(sums)
+    sums.append(e.astype(np.float64))
+  return labels

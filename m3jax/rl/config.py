@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from m3jax.agent.control import ControlConfig
-from m3jax.agent.judges import JUDGES, HTTPJudgeConfig
-from m3jax.agent.memorize import MemorizeConfig
+from m3jax.control.controller import ControlConfig
+from m3jax.eval.judges import JUDGES, HTTPJudgeConfig
+from m3jax.memorize.pipeline import MemorizeConfig
 from m3jax.chunks import ChunkConfig
 from m3jax.data.episodes import EpisodeConfig
 from m3jax.data.questions import check_split
@@ -40,7 +40,7 @@ class RLConfig:
   train_seeds: tuple[int, int] = (0, 32)
   eval_seeds: tuple[int, int] = (1_000_000, 1_000_008)
   episode: EpisodeConfig = EpisodeConfig()
-  # perception-built memories (`m3jax.agent.perception_pool`): train-split episodes [lo, hi) in `pool_episode`'s
+  # perception-built memories (`m3jax.memorize.perception_pool`): train-split episodes [lo, hi) in `pool_episode`'s
   # shape (default the demo's), rendered and memorized end to end with `pool_memorize` (faces, voices, Whisper,
   # the default writer) and cached under `pool_dir` (built once, reused and grown across runs); DAPO then draws
   # a question of that pool with probability `pool_ratio`, a gold graph's otherwise (0 = gold graphs only). Its

@@ -31,9 +31,9 @@ import numpy as np
 from m3jax import checkpoint
 from m3jax.chunks import ChunkBudget
 from m3jax.distributed import gather_objects, global_mesh, interleave, shard, to_host
-from m3jax.agent.control import Controller, Question
-from m3jax.agent.judges import JudgeItem, make_judge
-from m3jax.agent.prompts import END_OF_TURN
+from m3jax.control.controller import Controller, Question
+from m3jax.eval.judges import JudgeItem, make_judge
+from m3jax.control.prompts import END_OF_TURN
 from m3jax.data.memory_qa import QARecord, make_task
 from m3jax.models.lora import attach, export_adapter_file, load_adapter_file, merged
 from m3jax.rl.flops import learner_step_flops
@@ -52,7 +52,7 @@ class RLProgram:
   """Builds everything once; `run()` trains `cfg.steps` steps, resuming from `out_dir/ckpt` when present."""
 
   def __init__(self, cfg: RLConfig):
-    from m3jax.eval import make_embedder
+    from m3jax.eval.evaluate import make_embedder
     from m3jax.memory.search import MemorySearcher, SearchConfig
 
     import jax
@@ -106,7 +106,7 @@ class RLProgram:
     c = self.cfg
     if not c.pool_ratio:
       return [], []
-    from m3jax.agent.perception_pool import perceived_episodes
+    from m3jax.memorize.perception_pool import perceived_episodes
     if self.processes > 1:  # process 0 builds what is missing (pool_dir is shared storage), the others then read
       if self.process == 0:
         perceived_episodes(c.pool_dir, range(*c.pool_seeds), c.pool_episode, c.pool_memorize)
@@ -135,7 +135,7 @@ class RLProgram:
               row_ids: list[int] | None = None):
     """Runs G trajectories per record with the current parameters; returns (trajectories, reward parts).
     `row_ids` (one per trajectory) key each trajectory's sampling stream (see `LLMPolicy`)."""
-    from m3jax.agent.policy import LLMPolicy
+    from m3jax.control.policy import LLMPolicy
     from m3jax.engine.sampling import Sampler, SamplingConfig
 
     c = self.cfg

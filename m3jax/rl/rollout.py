@@ -14,8 +14,8 @@ from typing import Sequence
 
 import numpy as np
 
-from m3jax.agent.judges import is_decline
-from m3jax.agent.trajectory import Trajectory
+from m3jax.eval.judges import is_decline
+from m3jax.control.trajectory import Trajectory
 from m3jax.rl.rewards import EpisodeStats
 
 

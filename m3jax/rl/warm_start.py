@@ -19,11 +19,11 @@ from typing import Sequence
 
 import numpy as np
 
-from m3jax.agent.control import Question
-from m3jax.agent.judges import normalize_answer
-from m3jax.agent.policy import ChatTokenizer, Turn, continuation_text
-from m3jax.agent.answer import CHARACTER_TAG_RE, named_people
-from m3jax.agent.prompts import END_OF_TURN, INSTRUCTION, SEARCH_RESULT_PREFIX, Message, render_chatml
+from m3jax.control.controller import Question
+from m3jax.eval.judges import normalize_answer
+from m3jax.control.policy import ChatTokenizer, Turn, continuation_text
+from m3jax.control.answer import CHARACTER_TAG_RE, named_people
+from m3jax.control.prompts import END_OF_TURN, INSTRUCTION, SEARCH_RESULT_PREFIX, Message, render_chatml
 from m3jax.data.questions import NOT_IN_MEMORY
 
 _INSTRUCTION_START = INSTRUCTION.split("{content}")[0]  # where the round suffix begins in a user message

@@ -2,7 +2,7 @@
 
 `retrieval` mode (no LLM configured) runs each question once through the search `m3jax ask` uses and returns
 the retrieved memories with `answer = None` and `mode = "retrieval_only"`: it is not an answer, and the API
-says so. `controller` mode runs `m3jax.agent.control.Controller` with the LLM policy over all the batch's
+says so. `controller` mode runs `m3jax.control.controller.Controller` with the LLM policy over all the batch's
 spaces at once (one policy batch per round, one search call per round), returning its answer and trajectory;
 with a slot policy and `ServeConfig.join_running` it runs as one long-lived stream (`ControllerAnswerer.stream`)
 that questions join while others are being answered.
@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from m3jax.agent.answer import RETRIEVAL_ROUTE
+from m3jax.control.answer import RETRIEVAL_ROUTE
 from m3jax.memory.search import MemorySearcher, SearchConfig, SearchRequest, SearchResult
 from m3jax.serve.spaces import Space, SpaceStore
 
@@ -113,7 +113,7 @@ class ControllerAnswerer:
   a batch through `slots` continuously refilled KV-cache rows (`Controller.run(slots=...)`)."""
 
   def __init__(self, policy, max_rounds: int, store: SpaceStore, slots: int = 16):
-    from m3jax.agent.control import ControlConfig
+    from m3jax.control.controller import ControlConfig
     self.policy, self.store, self.slots = policy, store, slots
     self.control_config = ControlConfig(max_rounds=max_rounds)
 
@@ -123,8 +123,8 @@ class ControllerAnswerer:
     """With the LLM policy (`m3jax.models.llm.load_llm` name or path): with `adapter` (a LoRA adapter file, ""
     = the shipped one) the trained controller, greedy with the protocol its adapter records; without, the
     prompted model with the reference's control sampling."""
-    from m3jax.agent.answer import load_trained_controller
-    from m3jax.agent.policy import LLMPolicy
+    from m3jax.control.answer import load_trained_controller
+    from m3jax.control.policy import LLMPolicy
     from m3jax.models.llm import load_llm
     from m3jax.engine.sampling import Sampler, SamplingConfig
 
@@ -147,7 +147,7 @@ class ControllerAnswerer:
     return bool(self.slots) and hasattr(self.policy, "advance")
 
   def __call__(self, items: Sequence[AskItem]) -> list[dict | Exception]:
-    from m3jax.agent.control import Controller
+    from m3jax.control.controller import Controller
     spaces, where = _group(items)
     questions = [_question(i, it, gi) for i, (it, gi) in enumerate(zip(items, where))]
     searcher = SpacesSearcher(spaces, self.store.embed_fn, self.store.search_config)
@@ -157,7 +157,7 @@ class ControllerAnswerer:
   def stream(self, take: Callable, finish: Callable) -> None:
     """The control loop as a stream (`Controller.run_stream`, for `batching.JoiningBatcher`): `take(n, idle)`
     hands over `(key, AskItem)` pairs, `finish(key, answer)` gets each answer as soon as its trajectory ends."""
-    from m3jax.agent.control import Controller
+    from m3jax.control.controller import Controller
     spaces = _RunningSpaces(self.store.embed_fn, self.store.search_config)
     index: dict = {}
 
@@ -178,7 +178,7 @@ class ControllerAnswerer:
 
 def _question(key, item: AskItem, graph_index: int):
   """The controller's question for an ask on the graph at `graph_index` of the call's searcher."""
-  from m3jax.agent.control import Question
+  from m3jax.control.controller import Question
   return Question(question_id=str(key), question=item.question, answer="", graph_index=graph_index,
                   graph_key=item.space.id, before_clip=item.before_clip)
 

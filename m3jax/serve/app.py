@@ -142,7 +142,7 @@ def _error(status: int, message: str, headers: dict | None = None, **extra) -> J
 
 def create_app(config: ServeConfig, keys: KeyRing | None = None, policy=None) -> FastAPI:
   """The app; `keys` defaults to the configured key file and environment variable. `policy`, when given, is the
-  control agent's policy (an `m3jax.agent.policy.Policy`, e.g. one served elsewhere) and overrides
+  control agent's policy (an `m3jax.control.policy.Policy`, e.g. one served elsewhere) and overrides
   `config.answerer`."""
   keys = keys if keys is not None else KeyRing.load(config.keys_file, config.keys_env)
   if not len(keys):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from m3jax.agent.answer import ASK_SEARCH
-from m3jax.agent.memorize import MemorizeConfig, default_graph_config
+from m3jax.control.answer import ASK_SEARCH
+from m3jax.memorize.pipeline import MemorizeConfig, default_graph_config
 from m3jax.memory.graph import GraphConfig
 from m3jax.memory.search import SearchConfig
 
@@ -46,10 +46,10 @@ class ServeConfig:
   warmup_lengths: tuple[int, ...] = ()    # question token lengths whose embedder shapes (every batch bucket) are
                                           # compiled in the background at start-up; /healthz says `warm` when done
   # one graph config for every space; video spaces memorize with `memorize` (its writer included) on this graph,
-  # so it is calibrated for the embedded perception models (m3jax.agent.memorize.default_graph_config)
+  # so it is calibrated for the embedded perception models (m3jax.memorize.pipeline.default_graph_config)
   graph: GraphConfig = dataclasses.field(default_factory=default_graph_config)
   memorize: MemorizeConfig = MemorizeConfig()
-  search: SearchConfig = ASK_SEARCH         # the retrieval `m3jax ask` uses (m3jax.agent.answer), not a copy
+  search: SearchConfig = ASK_SEARCH         # the retrieval `m3jax ask` uses (m3jax.control.answer), not a copy
 
   @property
   def memorize_config(self) -> MemorizeConfig:

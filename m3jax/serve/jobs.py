@@ -4,7 +4,7 @@ Jobs are rows in SQLite (queued -> running -> done | failed) and run one at a ti
 they survive restarts: unfinished jobs are requeued at start-up and the memorizer resumes at its first clip
 not yet checkpointed. WHY clip by clip: before every clip the job waits (up to `yield_s`) until no question is
 queued or being answered, so memorization never starves questions. The memorizer keeps its graph in memory for
-the whole job and checkpoints each clip as a journal (O(clip), m3jax.agent.memorize); the same journal is
+the whole job and checkpoints each clip as a journal (O(clip), m3jax.memorize.pipeline); the same journal is
 replayed on the space's searchable graph, so questions see each memorized clip as it lands, and neither copy
 is ever reloaded from disk or rebuilt while the video goes on.
 
@@ -21,7 +21,7 @@ import queue
 import threading
 import uuid
 
-from m3jax.agent.memorize import MemorizeConfig
+from m3jax.memorize.pipeline import MemorizeConfig
 from m3jax.serve.batching import Batcher
 from m3jax.serve.spaces import Space, SpaceError, SpaceStore
 
@@ -50,7 +50,7 @@ class JobRunner:
     if space.kind != "video":
       raise SpaceError(f"space {space.id} is a {space.kind!r} space; create a space with kind='video' to ingest "
                        "videos", 409)
-    from m3jax.agent.media import MediaError, probe
+    from m3jax.perception.media import MediaError, probe
     try:
       probe(video)                              # corrupt media is refused now, not later in the job
     except MediaError:
@@ -74,8 +74,8 @@ class JobRunner:
       self._run(*job)
 
   def _run(self, job_id: str, space_id: str, tenant: str, source: str, label: str) -> None:
-    from m3jax.agent.media import probe
-    from m3jax.agent.memorize import Memorizer
+    from m3jax.perception.media import probe
+    from m3jax.memorize.pipeline import Memorizer
     done, total = 0, 0
     try:
       space = self.store.get(tenant, space_id)

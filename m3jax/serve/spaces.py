@@ -3,7 +3,7 @@
 Layout under `data_dir`:
   meta.sqlite              spaces, clip log (memories + their embeddings), jobs
   spaces/<id>/graph_<seq>  MemoryGraph snapshot holding clip-log rows 1..seq (m3jax.memory.store format)
-  spaces/<id>/memdir/      memorization directory of `video` spaces (m3jax.agent.memorize format: snapshots and
+  spaces/<id>/memdir/      memorization directory of `video` spaces (m3jax.memorize.pipeline format: snapshots and
                            per-clip journals, each clip durable once its job reports it done)
 WHY a clip log: a clip is acknowledged only after its row (texts and embeddings) is committed with
 `synchronous=FULL`, which survives `kill -9` and power loss; snapshots are only a start-up shortcut. A restart
@@ -191,7 +191,7 @@ class SpaceStore:
     snapshot, snapshot_seq = self._query("SELECT snapshot, snapshot_seq FROM spaces WHERE id = ?", (space_id,))[0]
     d = self.space_dir(space_id)
     if kind == "video":
-      from m3jax.agent.memorize import load_memory, read_manifest
+      from m3jax.memorize.pipeline import load_memory, read_manifest
       graph = load_memory(d / "memdir") if read_manifest(d / "memdir") else MemoryGraph(self.graph_config)
       seq = 0
     else:
@@ -297,7 +297,7 @@ class SpaceStore:
   def import_memory_dir(self, tenant: str, name: str, memory_dir: str | os.PathLike) -> Space:
     """A new `video` space holding a copy of a memory directory written by `m3jax memorize` (later ingestion
     jobs append their videos to it)."""
-    from m3jax.agent.memorize import load_memory, read_manifest
+    from m3jax.memorize.pipeline import load_memory, read_manifest
     src = pathlib.Path(memory_dir)
     if not read_manifest(src):
       raise SpaceError(f"{memory_dir} is not a memory directory (written by `m3jax memorize VIDEO --memory DIR`)",

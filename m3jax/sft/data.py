@@ -46,7 +46,7 @@ def episode_source(seeds: Sequence[int], work_dir: str | pathlib.Path, episode: 
   """Examples from generated episodes (one per clip), decoded from the rendered mp4 like real memorization. Refuses
   test seeds (`questions.refuse_test_seeds`): training data and its curve never see the test split."""
   refuse_test_seeds(seeds, "sft episode_source")
-  from m3jax.agent.media import iter_clips
+  from m3jax.perception.media import iter_clips
   from m3jax.data.episode_render import _portrait, render_episode
 
   def gen():

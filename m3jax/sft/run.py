@@ -4,7 +4,7 @@ The model is either a Hugging Face Qwen2.5-Omni / M3-Agent-Memorization director
 tokenizer, loaded sharded over `mesh`) or a tiny from-scratch thinker over bytes (`TinyThinker`) for tests and
 benchmarks on CPU; or, with `writer_llm`, a text LLM trained as the `llm` memory writer on real perception of
 the episodes (`m3jax.sft.writer_data`), whose LoRA adapters are written to `<out_dir>/adapter` with the card
-the writer loads them by (`m3jax.agent.writers.trained_writer`).
+the writer loads them by (`m3jax.memorize.writers.trained_writer`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 
-from m3jax.agent.perceive import PerceptionConfig
+from m3jax.memorize.perceive import PerceptionConfig
 from m3jax.chunks import ChunkConfig
 from m3jax.data.episodes import EpisodeConfig
 from m3jax.data.questions import check_split, refuse_test_seeds
@@ -122,7 +122,7 @@ class SFTConfig:
 def _prompt(cfg: SFTConfig) -> str:
   if cfg.prompt != "reference":
     return cfg.prompt
-  from m3jax.agent.writers import MEMORY_PROMPT
+  from m3jax.memorize.writers import MEMORY_PROMPT
   return MEMORY_PROMPT
 
 

@@ -34,12 +34,12 @@ import numpy as np
 import tensorflow_datasets as tfds
 from etils import epath
 
-from m3jax.agent.demo import face_person, load_observations, speech_person, utterance_spans
-from m3jax.agent.memorize import MemorizeConfig, Memorizer, read_manifest
-from m3jax.agent.observations import ClipObservation
-from m3jax.agent.perceive import PerceptionConfig, PerceptionModels
-from m3jax.agent.prompts import END_OF_TURN, render_chatml
-from m3jax.agent.writers import CONTRACT_KEYS, TemplateWriter, clip_prompt
+from m3jax.eval.scoring import face_person, load_observations, speech_person, utterance_spans
+from m3jax.memorize.pipeline import MemorizeConfig, Memorizer, read_manifest
+from m3jax.memorize.observations import ClipObservation
+from m3jax.memorize.perceive import PerceptionConfig, PerceptionModels
+from m3jax.control.prompts import END_OF_TURN, render_chatml
+from m3jax.memorize.writers import CONTRACT_KEYS, TemplateWriter, clip_prompt
 from m3jax.data.episode_render import render_episode
 from m3jax.data.episodes import Episode, EpisodeConfig, fact_values, make_episode, utterance_fact
 from m3jax.data.questions import refuse_test_seeds

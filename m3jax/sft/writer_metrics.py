@@ -2,7 +2,7 @@
 
 Matching a written memory to a gold one needs both:
   * the same people: every tag resolves to a character through the clip's perception (a face by its screen
-    slot, a voice by the utterance it overlaps; `demo.face_person` / `speech_person`), gold placeholders name
+    slot, a voice by the utterance it overlaps; `eval.scoring.face_person` / `speech_person`), gold placeholders name
     theirs; `<voice_5> likes tea.` and `<face_4> likes tea.` match when both nodes are Susan, because the graph
     ties them through equivalences. A tag the clip's perception does not hold resolves to nobody and matches
     nothing;
@@ -24,8 +24,8 @@ from typing import Sequence
 
 import numpy as np
 
-from m3jax.agent.demo import face_person, speech_person
-from m3jax.agent.observations import ClipMemories, ClipObservation
+from m3jax.eval.scoring import face_person, speech_person
+from m3jax.memorize.observations import ClipMemories, ClipObservation
 from m3jax.data.episodes import NAMES, Episode
 from m3jax.memory.graph import MemoryGraph
 from m3jax.memory.tags import parse_entities

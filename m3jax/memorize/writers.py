@@ -22,7 +22,7 @@ import re
 from collections import Counter
 from typing import Any, Callable, Protocol, Sequence
 
-from m3jax.agent.observations import ClipMemories, ClipObservation
+from m3jax.memorize.observations import ClipMemories, ClipObservation
 from m3jax.engine.constrained import TokenConstraint, compile_constraint, json_string_lists, token_bytes
 from m3jax.memory.tags import is_equivalence, parse_entities
 
@@ -307,7 +307,7 @@ def writer_chat(llm: str, max_new_tokens: int = 512, adapter: str | pathlib.Path
   """The `llm` memory writer's backend: batch chat completion on a local LLM through the m3jax sampler (greedy with
   a frequency penalty, stops at <|im_end|>), constrained to the writer's JSON contract so every reply parses.
   `adapter`: a trained writer's adapter file; its LoRA adapters are folded into the LLM's weights (`lora.merged`)."""
-  from m3jax.agent.policy import ChatCompleter
+  from m3jax.control.policy import ChatCompleter
   from m3jax.models.llm import load_llm
   from m3jax.engine.sampling import Sampler, SamplingConfig
 

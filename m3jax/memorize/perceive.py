@@ -20,11 +20,11 @@ from typing import Callable
 
 import numpy as np
 
-from m3jax.agent.media import SAMPLE_RATE, Clip
-from m3jax.agent.observations import ClipObservation, FaceObservation, SpeechObservation
+from m3jax.perception.media import SAMPLE_RATE, Clip
+from m3jax.memorize.observations import ClipObservation, FaceObservation, SpeechObservation
 from m3jax.memory.graph import MemoryGraph
 from m3jax.perception.asr_models import DEFAULT_ASR, check_name
-from m3jax.perception.faces import DlibFaceBackend, FaceDetection, detect_faces
+from m3jax.perception.faces import DlibFaceBackend, FaceDetection, cluster_faces, detect_faces
 from m3jax.perception.speech import SegmentConfig, segment_speech
 
 
@@ -73,24 +73,6 @@ def _load_models(face_upsample: int, asr: str) -> PerceptionModels:
   from m3jax.perception.voices import SpeakerEncoder
   return PerceptionModels(DlibFaceBackend(upsample=face_upsample), SileroVAD.load(), SpeakerEncoder.load(),
                           Transcriber.load(asr), TextEmbedder.from_pretrained())
-
-
-def cluster_faces(embeddings: np.ndarray, threshold: float) -> np.ndarray:
-  """Greedy online clustering of unit embeddings: join the most similar centroid if cosine >= threshold."""
-  labels = np.full(len(embeddings), -1, np.int64)
-  sums: list[np.ndarray] = []
-  for i, e in enumerate(embeddings):
-    if sums:
-      cent = np.stack(sums)
-      sims = cent @ e / np.linalg.norm(cent, axis=1)
-      j = int(np.argmax(sims))
-      if sims[j] >= threshold:
-        labels[i] = j
-        sums[j] = sums[j] + e
-        continue
-    labels[i] = len(sums)
-    sums.append(e.astype(np.float64))
-  return labels
 
 
 def _jpeg_b64(crop: np.ndarray) -> str:

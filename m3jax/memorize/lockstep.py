@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from m3jax.agent.perceive import PerceptionModels
+from m3jax.memorize.perceive import PerceptionModels
 from m3jax.perception.voices import SpeakerEncoder
 from m3jax.perception.vad import SileroVAD
 

@@ -18,7 +18,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from m3jax.agent.control import Question
+from m3jax.control.controller import Question
+from m3jax.data.episodes import Episode
 from m3jax.data.questions import NOT_IN_MEMORY
 from m3jax.errors import UserError
 from m3jax.memory.search import MemorySearcher, SearchConfig, SearchRequest
@@ -147,7 +148,7 @@ def load_trained_controller(llm: str = "smollm2-135m-instruct", adapter: str | p
   """(model with the adapter merged once, tokenizer, ControlConfig, max_new_tokens): a trained controller runs
   greedily with the protocol (rounds, inter-turn instruction, turn length) its adapter file records, as it was
   trained and evaluated. `adapter` defaults to the shipped one (`trained_adapter_path`)."""
-  from m3jax.agent.control import ControlConfig
+  from m3jax.control.controller import ControlConfig
   from m3jax.models.llm import load_llm
   from m3jax.models.lora import load_adapter_file, merged
 
@@ -169,7 +170,7 @@ class LLMAnswerer:
     """`llm`: a load_llm name/path or a loaded (model, tokenizer) pair. `constrain_actions`: decode every turn
     inside the action format (`ActionConstraints`) — for a weak controller such as the embedded 135M model; a
     trained controller runs free. `searcher`: the search tools (default: the graphs' `MemorySearcher`; any
-    `control.Searcher`, e.g. a memory design's). `control`: the loop's `ControlConfig`. `adapter`: a LoRA adapter
+    `controller.Searcher`, e.g. a memory design's). `control`: the loop's `ControlConfig`. `adapter`: a LoRA adapter
     file on top of `llm` (`load_trained_controller`: greedy, with the protocol the adapter records).
     `resolve_names`: a final answer that names someone by id ("<character_1>") gets the name the memory gives
     that id, looked up as the rules answerer does. WHY: the protocol lets the controller search "What is the
@@ -179,8 +180,8 @@ class LLMAnswerer:
     `slots`: continuous batching over at most this many KV-cache rows (a question's slot passes to the next
     waiting question as soon as it answers; memory stays bounded however many questions one call asks); None
     runs every question of a call as one static batch."""
-    from m3jax.agent.control import ControlConfig, Controller
-    from m3jax.agent.policy import ActionConstraints, LLMPolicy
+    from m3jax.control.controller import ControlConfig, Controller
+    from m3jax.control.policy import ActionConstraints, LLMPolicy
     from m3jax.models.llm import load_llm
     from m3jax.engine.sampling import Sampler, SamplingConfig
 
@@ -206,3 +207,8 @@ class LLMAnswerer:
     if self.namer is not None:
       answers = [self.namer.with_names(q, a) for q, a in zip(questions, answers)]
     return answers
+
+
+def episode_questions(ep: Episode) -> list[Question]:
+  return [Question(q["question_id"], q["question"], q["answer"], 0, graph_key=ep.id, before_clip=q["before_clip"],
+                   question_types=tuple(q["type"])) for q in ep.qa_list]

@@ -9,7 +9,7 @@ writer's memories.
 
 `ClipObservation` carries no pixels: inside the Memorizer the writer is handed each decoded clip and the graph
 (`observe_clip`), and takes the frames, the audio and, for each face node, the crop perception stored for it in
-this clip; elsewhere `media_for(clip)` supplies them. `memorize.make_writer("omni", omni_model=DIR)` loads a local
+this clip; elsewhere `media_for(clip)` supplies them. `pipeline.make_writer("omni", omni_model=DIR)` loads a local
 Hugging Face Qwen2.5-Omni / M3-Agent-Memorization directory (`load_omni_writer`).
 """
 
@@ -23,8 +23,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from m3jax.agent.observations import ClipMemories, ClipObservation
-from m3jax.agent.writers import (MEMORY_PROMPT, FallbackState, TemplateWriter, WriterOutputError,
+from m3jax.memorize.observations import ClipMemories, ClipObservation
+from m3jax.memorize.writers import (MEMORY_PROMPT, FallbackState, TemplateWriter, WriterOutputError,
                                  _mmss, parse_writer_output)
 from m3jax.engine.omni_generate import generate
 from m3jax.models.omni.processor import MediaInputError, ProcessorConfig, sample_frame_indices
@@ -58,7 +58,7 @@ def _decode_crop(b64: str) -> np.ndarray:
 
 
 def media_from_clip(clip, obs: ClipObservation, graph, proc: ProcessorConfig = ProcessorConfig()) -> ClipMedia:
-  """A memorizer clip (`agent.media.Clip`: frames at the perception fps, 16 kHz audio) as writer media.
+  """A memorizer clip (`perception.media.Clip`: frames at the perception fps, 16 kHz audio) as writer media.
 
   Frames are picked like the reference picks them from the clip file (an even count at `proc.video_fps`); when
   perception decoded fewer per second than that (1 fps by default; `--set perception.face_fps=2` gives the

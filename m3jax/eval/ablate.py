@@ -1,7 +1,7 @@
 """The paper's ablations from one command, each beside the paper's delta.
 
-  python -m m3jax.ablate --config configs/ablate.py
-  python -m m3jax.ablate --config configs/ablate_tiny.py --set out_dir=runs/ablate_tiny
+  python -m m3jax.eval.ablate --config configs/ablate.py
+  python -m m3jax.eval.ablate --config configs/ablate_tiny.py --set out_dir=runs/ablate_tiny
 
 Every row is answered on the same held-out questions (family-balanced, `memory_qa.heldout_questions`: unseen
 episodes, phrasings and family) and judged by the same judge. Three groups:
@@ -34,8 +34,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from m3jax.ablate_report import ALGORITHMS, EvalSpec, build_rows, design_key, write_outputs
-from m3jax.agent.judges import HTTPJudgeConfig, make_judge, score_answers
+from m3jax.eval.ablate_report import ALGORITHMS, EvalSpec, build_rows, design_key, write_outputs
+from m3jax.eval.judges import HTTPJudgeConfig, make_judge, score_answers
 from m3jax.config import add_config_args, apply_overrides, load_config
 from m3jax.data.episodes import EpisodeConfig
 from m3jax.data.memory_qa import episode_clips, episode_records, heldout_questions
@@ -126,7 +126,7 @@ class Ablation:
   """Runs the rows of one config in out_dir, reusing every finished evaluation (see module docstring)."""
 
   def __init__(self, cfg: AblateConfig, progress: bool = True):
-    from m3jax.eval import make_embedder
+    from m3jax.eval.evaluate import make_embedder
     self.cfg, self.progress = cfg, progress
     self.out = pathlib.Path(cfg.out_dir)
     self._check_resume()
@@ -191,8 +191,8 @@ class Ablation:
   def perception_task(self):
     """(graphs, records, text embedder) of the perception-built episodes: each rendered and memorized once under
     out_dir/perception/SEED (the memorizer resumes a killed run), asked its own questions."""
-    from m3jax.agent.memorize import MemorizeConfig, Memorizer, load_memory
-    from m3jax.agent.perceive import PerceptionConfig, PerceptionModels
+    from m3jax.memorize.pipeline import MemorizeConfig, Memorizer, load_memory
+    from m3jax.memorize.perceive import PerceptionConfig, PerceptionModels
     from m3jax.data.episode_render import render_episode
     from m3jax.data.episodes import make_episode
     if self._perception is None:
@@ -312,8 +312,8 @@ class Ablation:
     return self._cached(spec.key, lambda: self._evaluate(spec))
 
   def _evaluate(self, spec: EvalSpec) -> dict:
-    from m3jax.agent.answer import LLMAnswerer, RuleAnswerer
-    from m3jax.agent.control import ControlConfig, Question
+    from m3jax.control.answer import LLMAnswerer, RuleAnswerer
+    from m3jax.control.controller import ControlConfig, Question
     c = self.cfg
     designs, records, embed = self.memory(spec)
     questions = [Question(r.question_id, r.question, r.answer, r.memory_id, before_clip=r.before_clip,
@@ -358,7 +358,7 @@ def _jsonable(x):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(prog="m3jax.ablate", description=__doc__.split("\n")[0])
+  parser = argparse.ArgumentParser(prog="m3jax.eval.ablate", description=__doc__.split("\n")[0])
   add_config_args(parser)
   args = parser.parse_args(argv)
   cfg = load_config(args.config, args.overrides) if args.config else apply_overrides(AblateConfig(), args.overrides)
@@ -372,4 +372,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(run_cli(main, prog="m3jax.ablate"))
+  sys.exit(run_cli(main, prog="m3jax.eval.ablate"))

@@ -40,15 +40,15 @@ from typing import Any, Callable, Sequence
 import jax
 import tqdm
 
-from m3jax.agent.control import Controller, ControlConfig, Question
-from m3jax.agent.judges import JUDGES, HTTPJudgeConfig, Judge, JudgeItem, make_judge
-from m3jax.agent.trajectory import Trajectory
+from m3jax.control.controller import Controller, ControlConfig, Question
+from m3jax.eval.judges import JUDGES, HTTPJudgeConfig, Judge, JudgeItem, make_judge
+from m3jax.control.trajectory import Trajectory
 from m3jax.config import add_config_args, apply_overrides, load_config
 from m3jax.data.m3bench import BenchQuestion, load_annotations
 from m3jax import distributed
 from m3jax.distributed import DistributedConfig, gather_bytes, shard
 from m3jax.errors import Interrupted, UserError, run_cli
-from m3jax.eval_report import format_summary, plot_summary, read_jsonl, summarize
+from m3jax.eval.report import format_summary, plot_summary, read_jsonl, summarize
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,7 +130,7 @@ def locate_graphs(cfg: EvalConfig, questions: Sequence[BenchQuestion]) -> dict[s
 
 def load_graph(path: pathlib.Path):
   """A memory directory (`m3jax memorize`, the demo), a reference pickle, or a saved graph directory."""
-  from m3jax.agent.memorize import load_memory, read_manifest
+  from m3jax.memorize.pipeline import load_memory, read_manifest
   from m3jax.memory import reference_pickle, store
   if path.suffix == ".pkl":
     return reference_pickle.load_reference_pickle(path)
@@ -258,7 +258,7 @@ class RuleController:
     self.answerer = answerer
 
   def run(self, questions: Sequence[Question]) -> list[Trajectory]:
-    from m3jax.agent.trajectory import RoundRecord
+    from m3jax.control.trajectory import RoundRecord
     trajs = []
     for q, answer in zip(questions, self.answerer.answer(questions)):
       t = Trajectory(question_id=q.question_id, question=q.question, ground_truth=q.answer, graph_key=q.graph_key,
@@ -272,8 +272,8 @@ class RuleController:
 
 def build_controller_factory(cfg: EvalConfig, graph_paths: dict[str, pathlib.Path]):
   """Loads the policy once (`answerer=trained|llm`); loads each graph (`graph_paths[mem_path]`) once and caches it."""
-  from m3jax.agent.answer import RuleAnswerer
-  from m3jax.agent.policy import LLMPolicy
+  from m3jax.control.answer import RuleAnswerer
+  from m3jax.control.policy import LLMPolicy
   from m3jax.memory.search import MemorySearcher, SearchConfig
   from m3jax.models.llm import load_llm
   from m3jax.engine.sampling import Sampler
@@ -282,7 +282,7 @@ def build_controller_factory(cfg: EvalConfig, graph_paths: dict[str, pathlib.Pat
   if cfg.answerer in ("trained", "llm"):
     max_new_tokens, greedy = cfg.max_new_tokens, cfg.greedy
     if cfg.answerer == "trained":
-      from m3jax.agent.answer import load_trained_controller
+      from m3jax.control.answer import load_trained_controller
       model, tok, control, max_new_tokens = load_trained_controller(cfg.model, cfg.adapter or None)
       greedy = True
     else:

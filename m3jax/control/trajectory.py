@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from jaxtyping import Bool, Float, Int
 
-from m3jax.agent.parsing import Action, Route
+from m3jax.control.parsing import Action, Route
 
 
 @dataclasses.dataclass

@@ -1,4 +1,4 @@
-"""The rows of `m3jax.ablate` from its evaluations, and their outputs: markdown table, PNG, JSON; what one
+"""The rows of `m3jax.eval.ablate` from its evaluations, and their outputs: markdown table, PNG, JSON; what one
 evaluation is (`EvalSpec`) and the paper's deltas the rows are printed beside (`PAPER`).
 
 A row's number is an accuracy on the shared held-out questions with an error bar: the standard error over
@@ -12,13 +12,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from typing import TYPE_CHECKING, Any
+import pathlib
+from typing import Any, Protocol
 
 import numpy as np
-
-if TYPE_CHECKING:
-  from m3jax.ablate import Ablation
-
 
 # What each RL algorithm changes in the shared `rl` config (the budget stays: steps, batch_questions, group_size)
 ALGORITHMS = {
@@ -79,7 +76,22 @@ class Row:
   evals: list[str] = dataclasses.field(default_factory=list)
 
 
-def _single(ab: "Ablation", row: Row, spec: EvalSpec, vs: Row | None = None) -> Row:
+class AblationRun(Protocol):
+  """What the rows read of an ablation run (`ablate.Ablation`, which imports this module: a protocol here
+  rather than an import back keeps the two files one-way)."""
+  cfg: Any  # ablate.AblateConfig
+  out: pathlib.Path
+  records: list
+  computed: list[str]
+
+  def evaluate(self, spec: EvalSpec) -> dict: ...
+
+  def memory_spec(self, **options) -> EvalSpec: ...
+
+  def protocol(self, which: str) -> tuple[bool, int]: ...
+
+
+def _single(ab: AblationRun, row: Row, spec: EvalSpec, vs: Row | None = None) -> Row:
   result = ab.evaluate(spec)
   row.evals = [spec.key]
   if "na" in result:
@@ -101,7 +113,7 @@ def _delta(row: Row, vs: Row | None) -> Row:
   return row
 
 
-def build_rows(ab: "Ablation") -> list[Row]:
+def build_rows(ab: AblationRun) -> list[Row]:
   cfg = ab.cfg
   want = set(cfg.rows)
   rows: list[Row] = []
@@ -195,7 +207,7 @@ def _warm_start_change(rl) -> str:
   return " + ".join(parts) + " on the base"
 
 
-def _rl_row(ab: "Ablation", algorithm: str, start: Row | None) -> Row:
+def _rl_row(ab: AblationRun, algorithm: str, start: Row | None) -> Row:
   cfg = ab.cfg
   specs = [EvalSpec(controller=f"rl-{algorithm}-seed{s}") for s in cfg.rl_seeds]
   accs = [ab.evaluate(spec)["accuracy"] for spec in specs]
@@ -240,7 +252,7 @@ def plot(rows: list[Row], path) -> None:
   plt.close(fig)
 
 
-def write_outputs(ab: "Ablation", rows: list[Row]) -> dict[str, Any]:
+def write_outputs(ab: AblationRun, rows: list[Row]) -> dict[str, Any]:
   """Writes ablate.md, ablate.png (when cfg.plot) and ablate.json in out_dir; returns the JSON plus the table."""
   table = format_table(rows)
   evals = {k: json.loads((ab.out / "evals" / f"{k}.json").read_text()) for r in rows for k in r.evals}

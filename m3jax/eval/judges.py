@@ -21,8 +21,8 @@ import urllib.request
 from collections import Counter
 from typing import Callable, Literal, Protocol, Sequence
 
-from m3jax.agent.parsing import choice_letter
-from m3jax.agent.prompts import Message, judge_messages
+from m3jax.control.parsing import choice_letter
+from m3jax.control.prompts import Message, judge_messages
 from m3jax.data.questions import NOT_IN_MEMORY
 
 
@@ -78,7 +78,7 @@ def _llm_verdicts(items: Sequence[JudgeItem], complete: Callable[[list[list[Mess
 
 class LocalLLMJudge:
   """The entailment judge on a local chat model. `complete` maps a batch of conversations to reply texts (for
-  example `m3jax.agent.llm.ChatCompleter` over the m3jax Sampler, greedy with a few new tokens)."""
+  example `m3jax.control.policy.ChatCompleter` over the m3jax Sampler, greedy with a few new tokens)."""
 
   def __init__(self, complete: Callable[[list[list[Message]]], list[str]]):
     self.complete = complete
@@ -273,7 +273,7 @@ def make_judge(kind: str, judge_model: str = "smollm2-135m-instruct", http: HTTP
     if kind not in JUDGES:
       raise ValueError(f"unknown judge {kind!r} (known: {', '.join(JUDGES)})")
     return RuleJudge(kind)
-  from m3jax.agent.policy import ChatCompleter
+  from m3jax.control.policy import ChatCompleter
   from m3jax.models.llm import load_llm
   from m3jax.engine.sampling import Sampler, SamplingConfig
 

@@ -19,7 +19,7 @@ from typing import Protocol, Sequence
 import numpy as np
 from jaxtyping import Float
 
-from m3jax.agent.prompts import ASSISTANT_PREFIX, END_OF_TURN, Message, render_chatml, render_chatml_message
+from m3jax.control.prompts import ASSISTANT_PREFIX, END_OF_TURN, Message, render_chatml, render_chatml_message
 from m3jax.engine.constrained import (TokenConstraint, compile_constraint, merge_constraints, prefixed_line,
                                      token_bytes)
 from m3jax.engine.sampling import SampleOutput, Sampler, SamplingConfig

@@ -27,10 +27,10 @@ import dataclasses
 import itertools
 from typing import Callable, Hashable, Mapping, Protocol, Sequence
 
-from m3jax.agent.parsing import parse_turn, route_for
-from m3jax.agent.policy import Policy, Turn
-from m3jax.agent.prompts import FIRST_USER_MESSAGE, round_suffix, search_result_message, system_message
-from m3jax.agent.trajectory import RoundRecord, Trajectory
+from m3jax.control.parsing import parse_turn, route_for
+from m3jax.control.policy import Policy, Turn
+from m3jax.control.prompts import FIRST_USER_MESSAGE, round_suffix, search_result_message, system_message
+from m3jax.control.trajectory import RoundRecord, Trajectory
 from m3jax.memory.search import SearchRequest, SearchResult
 
 

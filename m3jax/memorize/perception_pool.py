@@ -21,12 +21,15 @@ import pathlib
 import time
 from typing import Sequence
 
-from m3jax.agent.demo import DemoConfig, episode_questions
-from m3jax.agent.memorize import MemorizeConfig
+from m3jax.control.answer import episode_questions
 from m3jax.data.episodes import EpisodeConfig, make_episode
 from m3jax.data.memory_qa import QARecord
+from m3jax.data.questions import TEST_SEED_START
+from m3jax.memorize.pipeline import MemorizeConfig
 
 ENTRY_FILE = "pool.json"
+# the demo's episode (`eval.demo.DemoConfig.episode` is this one): a test-split episode, 4 clips, 2 people
+DEMO_EPISODE = EpisodeConfig(seed=TEST_SEED_START, num_clips=4, num_characters=2)
 
 
 class PoolError(ValueError):
@@ -71,14 +74,13 @@ def perceived_episodes(root: str | pathlib.Path, seeds: Sequence[int], episode: 
   Returns (graphs, records, embedder, stats): records[i].memory_id indexes graphs; the embedder is the text
   embedder the memories were written with (a searcher over them must embed queries with it); stats has one dict
   per episode (id, questions, seconds to build it, cached)."""
-  from m3jax.agent.memorize import Memorizer, load_memory
-  from m3jax.agent.perceive import PerceptionModels
+  from m3jax.memorize.pipeline import Memorizer, load_memory
+  from m3jax.memorize.perceive import PerceptionModels
   from m3jax.data.episode_render import render_episode
   from m3jax.chunks import write_atomic
 
-  demo = DemoConfig()
-  episode = demo.episode if episode is None else episode
-  memorize = demo.memorize if memorize is None else memorize
+  episode = DEMO_EPISODE if episode is None else episode
+  memorize = MemorizeConfig() if memorize is None else memorize
   root = pathlib.Path(root)
   graphs, records, stats = [], [], []
   for i, seed in enumerate(seeds):

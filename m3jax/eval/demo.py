@@ -6,28 +6,29 @@ seed, phrasings or family, so the demo's numbers are not read off data that shap
 interval, so a gap within the noise of 26 questions is not shown as a win.
 
 Also the scoring shared with `bench/memorize.py`: per-type QA accuracy (deterministic containment judge,
-`answer_correct`, or `strict`) and identity purity / completeness of the memorized people against the episode
-script.
+`answer_correct`, or `strict`); identity purity / completeness of the memorized people against the episode
+script is `eval.scoring`'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import pathlib
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from typing import Any
 
-from m3jax.agent.control import Question
-from m3jax.agent.judges import is_decline, normalize_answer, strict_correct
-from m3jax.agent.memorize import MemorizeConfig, Memorizer, MemorizeReport, load_memory
-from m3jax.agent.observations import ClipObservation
-from m3jax.agent.perceive import PerceptionModels
-from m3jax.data.episode_render import episode_audio, render_episode
+from m3jax.control.answer import episode_questions
+from m3jax.control.controller import Question
+from m3jax.data.episode_render import render_episode
 from m3jax.data.episodes import QUESTION_TYPES, Episode, EpisodeConfig, make_episode
-from m3jax.data.questions import NOT_IN_MEMORY, TEST_SEED_START, split_of
-from m3jax.eval_stats import accuracy_interval, paired_bootstrap
+from m3jax.data.questions import NOT_IN_MEMORY, split_of
+from m3jax.eval.judges import is_decline, normalize_answer, strict_correct
+from m3jax.eval.scoring import identity_scores, load_observations
+from m3jax.eval.stats import accuracy_interval, paired_bootstrap
+from m3jax.memorize.perception_pool import DEMO_EPISODE
+from m3jax.memorize.perceive import PerceptionModels
+from m3jax.memorize.pipeline import MemorizeConfig, Memorizer, MemorizeReport, load_memory
 from m3jax.memory.graph import MemoryGraph
 
 
@@ -37,7 +38,7 @@ ANSWERERS = ("trained", "untrained", "rules")
 @dataclasses.dataclass(frozen=True)
 class DemoConfig:
   # a test-split episode (never trained on, never used for a choice); same size as the demo always had
-  episode: EpisodeConfig = EpisodeConfig(seed=TEST_SEED_START, num_clips=4, num_characters=2)
+  episode: EpisodeConfig = DEMO_EPISODE
   memorize: MemorizeConfig = MemorizeConfig()
   # answered side by side, per question type: rules = the deterministic retrieval baseline, untrained = the
   # SmolLM2-135M base prompted (turns constrained to the action format), trained = the base plus a controller
@@ -56,16 +57,11 @@ class DemoConfig:
       raise ValueError(f"answerers={self.answerers!r}: expected distinct names from {ANSWERERS}")
 
 
-def episode_questions(ep: Episode) -> list[Question]:
-  return [Question(q["question_id"], q["question"], q["answer"], 0, graph_key=ep.id, before_clip=q["before_clip"],
-                   question_types=tuple(q["type"])) for q in ep.qa_list]
-
-
 def make_answerer(kind: str, graphs: list[MemoryGraph], embed_fn, llm: str = "smollm2-135m-instruct",
                   adapter: str | pathlib.Path | None = None, max_new_tokens: int = 48):
   """An answerer of `ANSWERERS` over `graphs`; `embed_fn` is the text embedder they were memorized with.
   `adapter` (trained only) defaults to the shipped controller."""
-  from m3jax.agent.answer import LLMAnswerer, RuleAnswerer, trained_adapter_path
+  from m3jax.control.answer import LLMAnswerer, RuleAnswerer, trained_adapter_path
   if kind not in ANSWERERS:
     raise ValueError(f"answerer {kind!r}; expected one of {ANSWERERS}")
   if kind == "rules":
@@ -122,62 +118,6 @@ def demo_scores(ep: Episode, questions: list[Question], answers: dict[str, list[
     if "trained" in answers and "rules" in answers and questions:
       out["differences"][judge] = paired_bootstrap(verdicts["trained", judge], verdicts["rules", judge])
   return out
-
-
-def load_observations(memory_dir: str | pathlib.Path) -> list[ClipObservation]:
-  files = sorted(pathlib.Path(memory_dir, "clips").glob("clip_*.json"))
-  return [ClipObservation.from_json(json.loads(f.read_text())["observation"]) for f in files]
-
-
-def utterance_spans(ep: Episode) -> dict[int, list[tuple[float, float, str]]]:
-  """Per clip, each utterance's (start, end, speaker) in seconds of the video, in script order."""
-  spans = iter(episode_audio(ep)[1])
-  return {c.clip: [(*next(spans), u.speaker) for u in c.utterances] for c in ep.clips}
-
-
-def face_person(ep: Episode, obs: ClipObservation, face) -> str:
-  """The character a face observation shows: the script lists the people on screen left to right."""
-  present = ep.clips[obs.clip].present
-  return present[min(len(present) - 1, int(face.x_center * len(present)))]
-
-
-def speech_person(spans: dict[int, list[tuple[float, float, str]]], obs: ClipObservation, speech) -> str | None:
-  """The speaker of the utterance a speech segment overlaps most (None when it overlaps none)."""
-  a, b = obs.start + speech.start, obs.start + speech.end
-  best = max(((min(b, end) - max(a, start), who) for start, end, who in spans[obs.clip]), default=(0.0, None))
-  return best[1] if best[0] > 0 else None
-
-
-def identity_scores(ep: Episode, observations: list[ClipObservation], graph: MemoryGraph) -> dict[str, float]:
-  """Purity and completeness of predicted people (characters after equivalences, else lone face/voice nodes)
-  over every face and speech observation, each labelled with the true character from the script: faces by
-  screen slot (`face_person`), speech by the utterance it overlaps most (`speech_person`). Missed
-  detections are not in these two scores: `face_recall` is the share of (clip, person on screen) pairs for which
-  a face was memorized."""
-  reverse = graph.characters().reverse
-  said = utterance_spans(ep)
-  pairs: list[tuple[str, str]] = []
-  seen = shown = 0
-  for obs in observations:
-    shown += len(ep.clips[obs.clip].present)
-    seen += len({face_person(ep, obs, f) for f in obs.faces})
-    for f in obs.faces:
-      pairs.append((reverse.get(f"face_{f.node_id}", f"face_{f.node_id}"), face_person(ep, obs, f)))
-    for s in obs.speech:
-      who = speech_person(said, obs, s)
-      if who is not None:
-        pairs.append((reverse.get(f"voice_{s.node_id}", f"voice_{s.node_id}"), who))
-  face_recall = seen / shown if shown else 0.0
-  if not pairs:
-    return {"purity": 0.0, "completeness": 0.0, "observations": 0, "face_recall": face_recall}
-  by_pred, by_true = defaultdict(Counter), defaultdict(Counter)
-  for pred, true in pairs:
-    by_pred[pred][true] += 1
-    by_true[true][pred] += 1
-  n = len(pairs)
-  return {"purity": sum(max(c.values()) for c in by_pred.values()) / n,
-          "completeness": sum(max(c.values()) for c in by_true.values()) / n, "observations": n,
-          "face_recall": face_recall}
 
 
 def run_demo(config: DemoConfig = DemoConfig()) -> dict[str, Any]:

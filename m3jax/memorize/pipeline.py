@@ -32,10 +32,10 @@ import shutil
 import time
 from typing import Any, Callable
 
-from m3jax.agent import media
-from m3jax.agent.observations import ClipMemories, ClipObservation
-from m3jax.agent.perceive import PerceptionConfig, PerceptionModels, perceive_clip
-from m3jax.agent.writers import LLMWriter, MemoryWriter, Message, TemplateWriter, trained_writer, writer_chat
+from m3jax.perception import media
+from m3jax.memorize.observations import ClipMemories, ClipObservation
+from m3jax.memorize.perceive import PerceptionConfig, PerceptionModels, perceive_clip
+from m3jax.memorize.writers import LLMWriter, MemoryWriter, Message, TemplateWriter, trained_writer, writer_chat
 from m3jax.distributed import DistributedConfig
 from m3jax.memory import journal as journal_lib
 from m3jax.memory.graph import GraphConfig, MemoryGraph
@@ -85,7 +85,7 @@ class MemorizeConfig:
   # shape memories, so it is not among the recorded settings
   distributed: DistributedConfig = DistributedConfig()
   # `m3jax memorize --videos`: how many of a process's videos run in lock-step, their model calls batched
-  # (m3jax.agent.lockstep); more gives bigger batches and more memory (frames and audio of one clip per video).
+  # (m3jax.memorize.lockstep); more gives bigger batches and more memory (frames and audio of one clip per video).
   # It shapes no memory (rows agree to float rounding), so it is not a recorded setting either
   videos_in_flight: int = 8
 
@@ -111,7 +111,7 @@ def make_writer(kind: str, complete: Callable[[list[list[Message]]], list[str]] 
   """Writer by name: "template", "llm" (on `complete`, or else on the local LLM `llm` through `writer_chat`; with
   `adapter`, a trained writer's adapter file: `trained_writer`) or "omni" (which needs `omni_model`, a local Hugging
   Face Qwen2.5-Omni / M3-Agent-Memorization directory; `omni_options` go to
-  `m3jax.agent.omni_writer.load_omni_writer`, e.g. processor, attention_chunk, max_new_tokens)."""
+  `m3jax.memorize.omni_writer.load_omni_writer`, e.g. processor, attention_chunk, max_new_tokens)."""
   if adapter is not None and kind != "llm":
     raise ValueError(f"a writer adapter is for the llm writer, not {kind!r}")
   if kind == "template":
@@ -126,7 +126,7 @@ def make_writer(kind: str, complete: Callable[[list[list[Message]]], list[str]] 
     if not omni_model:
       raise ValueError("the omni writer needs a local Hugging Face Qwen2.5-Omni / M3-Agent-Memorization directory "
                        "(--omni-model DIR, or omni_model=DIR in the memorize config)")
-    from m3jax.agent.omni_writer import load_omni_writer  # imports the thinker: only when asked for
+    from m3jax.memorize.omni_writer import load_omni_writer  # imports the thinker: only when asked for
     return load_omni_writer(omni_model, **omni_options)
   raise ValueError(f"unknown memory writer {kind!r} (known: template, llm, omni)")
 
