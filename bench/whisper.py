@@ -288,12 +288,15 @@ def run_wer_bench(n_clips: int, models: list[str], compete: bool, memorize: bool
       first = models[0].replace(".", "_")
       result[f"wer_diff_{key}_{first}"] = f"{d:.3f}"
       result[f"wer_diff_{key}_{first}_lo"], result[f"wer_diff_{key}_{first}_hi"] = f"{lo:.3f}", f"{hi:.3f}"
-      print(f"{name} − {models[0]}: WER {d:+.3f} [{lo:+.3f}, {hi:+.3f}] (paired bootstrap over utterances, 95%)")
     result[f"asr_rtf_{key}"] = f"{audio_s / secs:.1f}"
     for r, h in list(zip(refs, hyps))[:3]:
       print(f"  {name}: {r!r} -> {h!r}")
     print(f"{name}: WER {errors[name]:.3f} [{result[f'wer_{key}_lo']}, {result[f'wer_{key}_hi']}]; transcription {secs:.2f} s (CPU {cpu:.2f} s) for {audio_s:.0f} s of speech "
           f"(load {os.getloadavg()[0]:.1f})")
+    if f"wer_diff_{key}_{models[0].replace('.', '_')}" in result:
+      first = models[0].replace(".", "_")
+      print(f"{name} − {models[0]}: WER {result[f'wer_diff_{key}_{first}']} [{result[f'wer_diff_{key}_{first}_lo']}, "
+            f"{result[f'wer_diff_{key}_{first}_hi']}] (paired bootstrap over utterances, 95%)")
     if compete:
       tok = transcriber.tokenizer
       feats = np.asarray(log_mel_spectrogram(np.stack([pad_or_trim(w) for w in waves]),
