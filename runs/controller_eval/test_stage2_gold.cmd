@@ -1,0 +1,1 @@
+python bench/controller_eval.py --split test --no-llm-judge --perception-episodes 10 --records runs/controller_eval/test_stage2_gold.jsonl --n 300 --tasks gold --answerers trained --adapter m3jax/data/controller/stage2_direct.npz  # from a checkout of 5ea477f (runs/controller_eval/chain3.sh B)
