@@ -20,7 +20,7 @@ import dataclasses
 import pathlib
 
 from m3jax.eval.ablate import AblateConfig
-from m3jax.control.answer import SHIPPED_CONTROLLER
+from m3jax.control import SHIPPED_CONTROLLER
 from m3jax.config import load_config
 
 HERE = pathlib.Path(__file__).resolve().parent

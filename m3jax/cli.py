@@ -205,16 +205,14 @@ def run_ask(args) -> int:
     raise UserError("the question is empty")
   if args.before_clip is not None and args.before_clip < 0:
     raise UserError(f"--before-clip must be a clip number >= 0, got {args.before_clip}")
-  from m3jax.control.answer import trained_adapter_path
-  from m3jax.control.controller import Question
-  from m3jax.eval.demo import make_answerer
+  from m3jax.control import Question, make_answerer, trained_adapter_path
   from m3jax.memorize.pipeline import load_memory
-  from m3jax.models.bert import TextEmbedder
+  from m3jax.memory.embedders import make_embedder
 
   if args.answerer == "trained":
     trained_adapter_path(args.adapter)  # refused before anything loads
   graph = load_memory(args.memory)
-  answerer = make_answerer(args.answerer, [graph], TextEmbedder.from_pretrained(), args.llm,
+  answerer = make_answerer(args.answerer, [graph], make_embedder("minilm"), args.llm,
                            args.adapter)  # only the text embedder: no perception model loads
   answer = answerer.answer([Question("q", args.question, "", 0, before_clip=args.before_clip)])[0]
   if args.show_trajectory and getattr(answerer, "trajectories", None):

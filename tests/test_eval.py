@@ -13,7 +13,8 @@ from m3jax.eval.judges import RuleJudge
 from m3jax.control.policy import Turn
 from m3jax.config import load_config
 from m3jax.data.m3bench import parse_annotations
-from m3jax.eval.evaluate import EvalConfig, make_embedder, run_eval, select_questions
+from m3jax.eval.evaluate import EvalConfig, run_eval, select_questions
+from m3jax.memory.embedders import make_embedder
 from m3jax.eval.report import distance_bucket, format_summary, read_jsonl, summarize
 from m3jax.memory.fixture_embedder import HashedBowEmbedder
 from m3jax.memory.search import MemorySearcher, SearchConfig

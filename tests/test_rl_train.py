@@ -150,7 +150,7 @@ def test_the_controller_recipe_reproduces_from_the_repository():
   which configs/rl_controller_warm.py makes; each file's metadata names the settings of the config that made it."""
   import pathlib
 
-  from m3jax.control.answer import SHIPPED_CONTROLLER
+  from m3jax.control import SHIPPED_CONTROLLER
   from m3jax.config import load_config
   from m3jax.models.lora import read_adapter_meta
 

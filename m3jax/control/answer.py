@@ -21,7 +21,6 @@ import numpy as np
 from m3jax.control.controller import Question
 from m3jax.data.episodes import Episode
 from m3jax.data.questions import NOT_IN_MEMORY
-from m3jax.errors import UserError
 from m3jax.memory.search import MemorySearcher, SearchConfig, SearchRequest
 
 # The search settings of every answering path (`m3jax ask`, the demo, the memory service): the reference
@@ -129,37 +128,6 @@ class RuleAnswerer:
     return [self.answer_one(q) for q in questions]
 
 
-# The shipped controller: SmolLM2-135M-Instruct plus a LoRA adapter trained with `train.py rl`
-# (configs/rl_controller.py), its metadata naming the protocol it was trained with; numbers in its MODEL_CARD.md.
-SHIPPED_CONTROLLER = pathlib.Path(__file__).resolve().parents[1] / "data" / "controller" / "controller.npz"
-
-
-def trained_adapter_path(adapter: str | pathlib.Path | None) -> pathlib.Path:
-  """The adapter file a trained answerer loads: `adapter`, else the shipped one; a missing file is a UserError."""
-  path = pathlib.Path(adapter) if adapter else SHIPPED_CONTROLLER
-  if not path.is_file():
-    raise UserError(f"adapter file not found: {adapter}" if adapter else
-                    f"the shipped controller {SHIPPED_CONTROLLER} is missing (a damaged install?): pass a LoRA adapter "
-                    "file written by `train.py rl` with --adapter")
-  return path
-
-
-def load_trained_controller(llm: str = "smollm2-135m-instruct", adapter: str | pathlib.Path | None = None):
-  """(model with the adapter merged once, tokenizer, ControlConfig, max_new_tokens): a trained controller runs
-  greedily with the protocol (rounds, inter-turn instruction, turn length) its adapter file records, as it was
-  trained and evaluated. `adapter` defaults to the shipped one (`trained_adapter_path`)."""
-  from m3jax.control.controller import ControlConfig
-  from m3jax.models.llm import load_llm
-  from m3jax.models.lora import load_adapter_file, merged
-
-  path = trained_adapter_path(adapter)
-  model, tokenizer = load_llm(llm)
-  model, info = load_adapter_file(path, model, kind="controller")
-  control = ControlConfig(max_rounds=int(info.get("max_rounds", 5)),
-                          inter_turn_instruction=bool(info.get("inter_turn_instruction", True)))
-  return merged(model), tokenizer, control, int(info.get("max_new_tokens", 192))
-
-
 class LLMAnswerer:
   """The reference control loop (`Controller`) on a local LLM policy; returns the final answers."""
 
@@ -171,7 +139,8 @@ class LLMAnswerer:
     inside the action format (`ActionConstraints`) — for a weak controller such as the embedded 135M model; a
     trained controller runs free. `searcher`: the search tools (default: the graphs' `MemorySearcher`; any
     `controller.Searcher`, e.g. a memory design's). `control`: the loop's `ControlConfig`. `adapter`: a LoRA adapter
-    file on top of `llm` (`load_trained_controller`: greedy, with the protocol the adapter records).
+    file on top of `llm` ("" = the shipped one; `build.load_controller`: greedy, with the protocol the adapter
+    records).
     `resolve_names`: a final answer that names someone by id ("<character_1>") gets the name the memory gives
     that id, looked up as the rules answerer does. WHY: the protocol lets the controller search "What is the
     name of <character_i>" itself, but the shipped 135M controller sometimes answers with the id, and a user
@@ -180,23 +149,15 @@ class LLMAnswerer:
     `slots`: continuous batching over at most this many KV-cache rows (a question's slot passes to the next
     waiting question as soon as it answers; memory stays bounded however many questions one call asks); None
     runs every question of a call as one static batch."""
-    from m3jax.control.controller import ControlConfig, Controller
-    from m3jax.control.policy import ActionConstraints, LLMPolicy
-    from m3jax.models.llm import load_llm
-    from m3jax.engine.sampling import Sampler, SamplingConfig
+    from m3jax.control.build import build_policy, control_sampling, load_controller
+    from m3jax.control.controller import Controller
 
-    if adapter is not None:
-      model, tokenizer, control, max_new_tokens = load_trained_controller(llm, adapter)
-      greedy = True
-    else:
-      model, tokenizer = load_llm(llm) if isinstance(llm, str) else llm
-      control = control or ControlConfig()
-    stop = tuple(tokenizer.encode("<|im_end|>", add_special_tokens=False)[:1])
-    config = SamplingConfig(max_new_tokens=max_new_tokens, temperature=0.6, top_p=0.95, top_k=20,
-                            stop_token_ids=stop, seed=seed, greedy=greedy)  # the reference's control sampling
-    actions = (ActionConstraints.build(tokenizer, model.cfg.vocab_size, stop, control.max_rounds)
-               if constrain_actions else None)
-    self.policy = LLMPolicy(Sampler(model, config), tokenizer, config, actions=actions)
+    loaded = load_controller(llm, adapter, trained=adapter is not None, max_new_tokens=max_new_tokens,
+                             control=control, greedy=greedy)
+    sampling = control_sampling(loaded.tokenizer, loaded.max_new_tokens, greedy=loaded.greedy, seed=seed)
+    control = loaded.control
+    self.policy = build_policy(loaded.model, loaded.tokenizer, sampling,
+                               constrain_rounds=control.max_rounds if constrain_actions else None)
     self.controller = Controller(self.policy, searcher or MemorySearcher(graphs, embed_fn, ASK_SEARCH), control)
     self.namer = RuleAnswerer(graphs, embed_fn) if resolve_names and graphs else None
     self.trajectories, self.slots = [], slots
@@ -212,3 +173,21 @@ class LLMAnswerer:
 def episode_questions(ep: Episode) -> list[Question]:
   return [Question(q["question_id"], q["question"], q["answer"], 0, graph_key=ep.id, before_clip=q["before_clip"],
                    question_types=tuple(q["type"])) for q in ep.qa_list]
+
+
+ANSWERERS = ("trained", "untrained", "rules")
+
+
+def make_answerer(kind: str, graphs, embed_fn, llm: str = "smollm2-135m-instruct",
+                  adapter: str | pathlib.Path | None = None, max_new_tokens: int = 48):
+  """An answerer of `ANSWERERS` over `graphs`; `embed_fn` is the text embedder they were memorized with.
+  rules: the deterministic retrieval baseline; untrained: the base prompted, turns constrained to the action
+  format; trained: the base plus `adapter` (default: the shipped controller), free-form and greedy."""
+  from m3jax.control.build import trained_adapter_path
+  if kind not in ANSWERERS:
+    raise ValueError(f"answerer {kind!r}; expected one of {ANSWERERS}")
+  if kind == "rules":
+    return RuleAnswerer(graphs, embed_fn)
+  if kind == "untrained":
+    return LLMAnswerer(graphs, embed_fn, llm, max_new_tokens=max_new_tokens, constrain_actions=True)
+  return LLMAnswerer(graphs, embed_fn, llm, adapter=trained_adapter_path(adapter))

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import itertools
 from typing import Callable, Hashable, Mapping, Protocol, Sequence
 
 from m3jax.control.parsing import parse_turn, route_for
 from m3jax.control.policy import Policy, Turn
 from m3jax.control.prompts import FIRST_USER_MESSAGE, round_suffix, search_result_message, system_message
 from m3jax.control.trajectory import RoundRecord, Trajectory
+from m3jax.engine.slots import run_slots
 from m3jax.memory.search import SearchRequest, SearchResult
 
 
@@ -112,43 +112,25 @@ class Controller:
     if not hasattr(self.policy, "advance"):
       raise ValueError(f"continuous batching needs a slot policy (open/advance); {type(self.policy).__name__} "
                        "has none")
-    slots = self.policy.open(slots)  # the policy may round up (its batch bucket): every slot it has is used
-    holder: list[int | None] = [None] * slots  # the episode each slot runs
-    questions: dict[int, Question] = {}
-    trajs: dict[int, Trajectory] = {}
-    keys: dict[int, Hashable] = {}
-    rounds: dict[int, int] = {}
-    messages: dict[int, str] = {}  # the next user message of each episode that continues
-    episodes = itertools.count()  # episode ids: the order questions were taken in (the policy's sampling streams)
-    stopping = False
-    while True:
-      free = [slot for slot, row in enumerate(holder) if row is None]
-      new = take(len(free), len(free) == slots) if free and not stopping else []
-      if new is None:
-        stopping = True
-        new = []
-      if len(new) > len(free):
-        raise ValueError(f"take() returned {len(new)} questions for {len(free)} free slots")
-      starts = []
-      for slot, (key, q) in zip(free, new):
-        row = holder[slot] = next(episodes)
-        questions[row], trajs[row], keys[row], rounds[row] = q, _trajectory(q), key, 0
-        starts.append((slot, row, self._conversation(q)))
-      if not starts and all(row is None for row in holder):
-        if stopping:
-          return
-        continue
-      continues = [(slot, messages.pop(row)) for slot, row in enumerate(holder) if row in messages]
-      rows = [row for _, row, _ in starts] + [holder[slot] for slot, _ in continues]
-      turns = _checked(self.policy.advance(starts, continues), len(rows))
-      continuing, next_messages = self._consume(questions, trajs, rows, turns, [rounds[r] for r in rows])
-      for row, message in zip(continuing, next_messages):
-        messages[row], rounds[row] = message, rounds[row] + 1
-      for slot, row in enumerate(holder):
-        if row is not None and row not in messages:  # ended: its slot is free for the next call
-          holder[slot] = None
-          del questions[row], rounds[row]
-          finish(keys.pop(row), trajs.pop(row))
+    running: dict[int, _Running] = {}  # by slot
+
+    def step(starts: Sequence[tuple[int, int, Question]], continues: Sequence[int]) -> dict[int, Trajectory]:
+      opened = []
+      for slot, episode, q in starts:
+        running[slot] = _Running(q, _trajectory(q))
+        opened.append((slot, episode, self._conversation(q)))
+      rows = [slot for slot, _, _ in starts] + list(continues)
+      turns = _checked(self.policy.advance(opened, [(slot, running[slot].message) for slot in continues]), len(rows))
+      continuing, messages = self._consume({s: running[s].question for s in rows},
+                                           {s: running[s].trajectory for s in rows}, rows, turns,
+                                           [running[s].round for s in rows])
+      for slot, message in zip(continuing, messages):
+        running[slot].message, running[slot].round = message, running[slot].round + 1
+      going_on = set(continuing)
+      return {slot: running.pop(slot).trajectory for slot in rows if slot not in going_on}
+
+    # the policy may round `slots` up (its batch bucket): every slot it has is used
+    run_slots(self.policy.open(slots), take, step, finish)
 
   def _conversation(self, q: Question) -> list[dict[str, str]]:
     return [system_message(q.question),
@@ -205,6 +187,15 @@ class Controller:
       messages.append(text + round_suffix(next_round[row], self.config.max_rounds, questions[row].multiple_choice,
                                           self.config.inter_turn_instruction))
     return continuing, messages
+
+
+@dataclasses.dataclass
+class _Running:
+  """A question in a slot: its trajectory so far, the round it is at and the user message its next turn reads."""
+  question: Question
+  trajectory: Trajectory
+  round: int = 0
+  message: str = ""
 
 
 def _trajectory(q: Question) -> Trajectory:

@@ -126,7 +126,7 @@ class Ablation:
   """Runs the rows of one config in out_dir, reusing every finished evaluation (see module docstring)."""
 
   def __init__(self, cfg: AblateConfig, progress: bool = True):
-    from m3jax.eval.evaluate import make_embedder
+    from m3jax.memory.embedders import make_embedder
     self.cfg, self.progress = cfg, progress
     self.out = pathlib.Path(cfg.out_dir)
     self._check_resume()

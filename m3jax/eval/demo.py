@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from m3jax.control.answer import episode_questions
+from m3jax.control.answer import ANSWERERS, episode_questions, make_answerer  # noqa: F401  (callers import them here too)
 from m3jax.control.controller import Question
 from m3jax.data.episode_render import render_episode
 from m3jax.data.episodes import QUESTION_TYPES, Episode, EpisodeConfig, make_episode
@@ -29,10 +29,6 @@ from m3jax.eval.stats import accuracy_interval, paired_bootstrap
 from m3jax.memorize.perception_pool import DEMO_EPISODE
 from m3jax.memorize.perceive import PerceptionModels
 from m3jax.memorize.pipeline import MemorizeConfig, Memorizer, MemorizeReport, load_memory
-from m3jax.memory.graph import MemoryGraph
-
-
-ANSWERERS = ("trained", "untrained", "rules")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,20 +51,6 @@ class DemoConfig:
     bad = [a for a in self.answerers if a not in ANSWERERS]
     if bad or not self.answerers or len(set(self.answerers)) != len(self.answerers):
       raise ValueError(f"answerers={self.answerers!r}: expected distinct names from {ANSWERERS}")
-
-
-def make_answerer(kind: str, graphs: list[MemoryGraph], embed_fn, llm: str = "smollm2-135m-instruct",
-                  adapter: str | pathlib.Path | None = None, max_new_tokens: int = 48):
-  """An answerer of `ANSWERERS` over `graphs`; `embed_fn` is the text embedder they were memorized with.
-  `adapter` (trained only) defaults to the shipped controller."""
-  from m3jax.control.answer import LLMAnswerer, RuleAnswerer, trained_adapter_path
-  if kind not in ANSWERERS:
-    raise ValueError(f"answerer {kind!r}; expected one of {ANSWERERS}")
-  if kind == "rules":
-    return RuleAnswerer(graphs, embed_fn)
-  if kind == "untrained":
-    return LLMAnswerer(graphs, embed_fn, llm, max_new_tokens=max_new_tokens, constrain_actions=True)
-  return LLMAnswerer(graphs, embed_fn, llm, adapter=trained_adapter_path(adapter))
 
 
 def answer_correct(answer: str, truth: str) -> bool:

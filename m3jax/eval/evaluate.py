@@ -48,6 +48,7 @@ from m3jax.data.m3bench import BenchQuestion, load_annotations
 from m3jax import distributed
 from m3jax.distributed import DistributedConfig, gather_bytes, shard
 from m3jax.errors import Interrupted, UserError, run_cli
+from m3jax.memory.embedders import make_embedder
 from m3jax.eval.report import format_summary, plot_summary, read_jsonl, summarize
 
 
@@ -224,30 +225,8 @@ def _answer_into(work: pathlib.Path, todo: list[BenchQuestion], cfg: EvalConfig,
       bar.update(len(batch))
 
 
-def _sampling(cfg: EvalConfig, tokenizer, max_new_tokens: int, greedy: bool):
-  from m3jax.engine.sampling import SamplingConfig
-  encoded = (tokenizer.encode(t, add_special_tokens=False) for t in ("<|im_end|>", "<|endoftext|>"))
-  stops = tuple(dict.fromkeys(ids[0] for ids in encoded if len(ids) == 1))
-  return SamplingConfig(max_new_tokens=max_new_tokens, greedy=greedy, temperature=cfg.temperature,
-                        top_p=cfg.top_p, top_k=cfg.top_k, stop_token_ids=stops, seed=cfg.seed)
-
-
 def build_judge(cfg: EvalConfig) -> Judge:
   return make_judge(cfg.judge, cfg.judge_model, cfg.http_judge, cfg.judge_max_new_tokens)
-
-
-def make_embedder(name: str):
-  """`minilm` -> the MiniLM sentence embedder; `hashed` -> the fixture graphs' hashed bag-of-words embedder
-  (built in); a path to a `*.embedder.json` spec -> that hashed embedder."""
-  if name == "minilm":
-    from m3jax.models.bert import TextEmbedder
-    return TextEmbedder.from_pretrained()
-  from m3jax.memory.fixture_embedder import HashedBowEmbedder
-  if name == "hashed":
-    return HashedBowEmbedder.builtin()
-  if name.endswith(".json"):
-    return HashedBowEmbedder.from_json(name)
-  raise ValueError(f"embedder must be minilm, hashed or a path to a *.embedder.json spec, got {name!r}")
 
 
 class RuleController:
@@ -273,22 +252,17 @@ class RuleController:
 def build_controller_factory(cfg: EvalConfig, graph_paths: dict[str, pathlib.Path]):
   """Loads the policy once (`answerer=trained|llm`); loads each graph (`graph_paths[mem_path]`) once and caches it."""
   from m3jax.control.answer import RuleAnswerer
-  from m3jax.control.policy import LLMPolicy
+  from m3jax.control.build import build_policy, control_sampling, load_controller
   from m3jax.memory.search import MemorySearcher, SearchConfig
-  from m3jax.models.llm import load_llm
-  from m3jax.engine.sampling import Sampler
 
   control = ControlConfig(max_rounds=cfg.max_rounds)
   if cfg.answerer in ("trained", "llm"):
-    max_new_tokens, greedy = cfg.max_new_tokens, cfg.greedy
-    if cfg.answerer == "trained":
-      from m3jax.control.answer import load_trained_controller
-      model, tok, control, max_new_tokens = load_trained_controller(cfg.model, cfg.adapter or None)
-      greedy = True
-    else:
-      model, tok = load_llm(cfg.model)
-    sampling = _sampling(cfg, tok, max_new_tokens, greedy)
-    sampler = Sampler(model, sampling, tok)
+    loaded = load_controller(cfg.model, cfg.adapter or None, trained=cfg.answerer == "trained",
+                             max_new_tokens=cfg.max_new_tokens, control=control, greedy=cfg.greedy)
+    model, tok, control = loaded.model, loaded.tokenizer, loaded.control
+    sampling = control_sampling(tok, loaded.max_new_tokens, greedy=loaded.greedy, seed=cfg.seed,
+                                stops=("<|im_end|>", "<|endoftext|>"), temperature=cfg.temperature,
+                                top_p=cfg.top_p, top_k=cfg.top_k)
   embed = make_embedder(cfg.embedder)
   graphs: dict[str, Any] = {}
 
@@ -300,7 +274,7 @@ def build_controller_factory(cfg: EvalConfig, graph_paths: dict[str, pathlib.Pat
     batch_graphs = [graphs[m] for m in mem_paths]
     if cfg.answerer == "rules":
       return RuleController(RuleAnswerer(batch_graphs, embed)), index
-    policy = LLMPolicy(sampler, tok, sampling, reuse_kv=cfg.reuse_kv)
+    policy = build_policy(model, tok, sampling, reuse_kv=cfg.reuse_kv)
     searcher = MemorySearcher(batch_graphs, embed, SearchConfig())
     return Controller(policy, searcher, control), index
   return controller_for

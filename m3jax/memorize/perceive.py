@@ -67,12 +67,12 @@ class PerceptionModels:
 
 @functools.lru_cache(maxsize=4)
 def _load_models(face_upsample: int, asr: str) -> PerceptionModels:
-  from m3jax.models.bert import TextEmbedder
+  from m3jax.memory.embedders import make_embedder
   from m3jax.perception.asr import Transcriber
   from m3jax.perception.vad import SileroVAD
   from m3jax.perception.voices import SpeakerEncoder
   return PerceptionModels(DlibFaceBackend(upsample=face_upsample), SileroVAD.load(), SpeakerEncoder.load(),
-                          Transcriber.load(asr), TextEmbedder.from_pretrained())
+                          Transcriber.load(asr), make_embedder("minilm"))
 
 
 def _jpeg_b64(crop: np.ndarray) -> str:

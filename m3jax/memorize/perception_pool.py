@@ -115,6 +115,6 @@ def perceived_episodes(root: str | pathlib.Path, seeds: Sequence[int], episode: 
       print(f"perception episode {ep.id}: {len(ep.qa_list)} questions, "
             f"{'reused' if cached else 'memorized'} in {work} ({time.perf_counter() - t0:.1f} s)", flush=True)
   if models is None:
-    from m3jax.models.bert import TextEmbedder
-    return graphs, records, TextEmbedder.from_pretrained(), stats  # the embedder the memorizer writes with
+    from m3jax.memory.embedders import make_embedder
+    return graphs, records, make_embedder("minilm"), stats  # the embedder the memorizer writes with
   return graphs, records, models.text, stats

@@ -52,7 +52,7 @@ class RLProgram:
   """Builds everything once; `run()` trains `cfg.steps` steps, resuming from `out_dir/ckpt` when present."""
 
   def __init__(self, cfg: RLConfig):
-    from m3jax.eval.evaluate import make_embedder
+    from m3jax.memory.embedders import make_embedder
     from m3jax.memory.search import MemorySearcher, SearchConfig
 
     import jax
@@ -135,8 +135,8 @@ class RLProgram:
               row_ids: list[int] | None = None):
     """Runs G trajectories per record with the current parameters; returns (trajectories, reward parts).
     `row_ids` (one per trajectory) key each trajectory's sampling stream (see `LLMPolicy`)."""
-    from m3jax.control.policy import LLMPolicy
-    from m3jax.engine.sampling import Sampler, SamplingConfig
+    from m3jax.control.build import build_policy
+    from m3jax.engine.sampling import SamplingConfig
 
     c = self.cfg
     g = c.group_size if group is None else group
@@ -150,8 +150,8 @@ class RLProgram:
     # and the merge 12 ms (~25 steps), while a rollout decodes hundreds of steps
     model = model if model.lora is None else merged(model)
     # the G rows of a group share their first prompt: the sampler prefills it once and forks the cache
-    sampler = Sampler(model, sampling, self.tokenizer, share_prefix=True)
-    policy = LLMPolicy(sampler, self.tokenizer, sampling, row_ids=row_ids)
+    policy = build_policy(model, self.tokenizer, sampling, share_prefix=True, row_ids=row_ids)
+    sampler = policy.sampler
     questions = _questions(records, g)
     slots = min(c.rollout_slots, len(questions)) if c.rollout_slots and row_ids is not None else None
     trajs = Controller(policy, self.searcher, c.control).run(questions, slots=slots)

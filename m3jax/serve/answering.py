@@ -123,22 +123,13 @@ class ControllerAnswerer:
     """With the LLM policy (`m3jax.models.llm.load_llm` name or path): with `adapter` (a LoRA adapter file, ""
     = the shipped one) the trained controller, greedy with the protocol its adapter records; without, the
     prompted model with the reference's control sampling."""
-    from m3jax.control.answer import load_trained_controller
-    from m3jax.control.policy import LLMPolicy
-    from m3jax.models.llm import load_llm
-    from m3jax.engine.sampling import Sampler, SamplingConfig
+    from m3jax.control.build import build_policy, control_sampling, load_controller
 
-    control = None
+    loaded = load_controller(llm, adapter or None, trained=adapter is not None, max_new_tokens=max_new_tokens)
+    sampling = control_sampling(loaded.tokenizer, loaded.max_new_tokens, greedy=loaded.greedy, seed=seed)
+    out = cls(build_policy(loaded.model, loaded.tokenizer, sampling), max_rounds, store, slots)
     if adapter is not None:
-      model, tokenizer, control, max_new_tokens = load_trained_controller(llm, adapter or None)
-    else:
-      model, tokenizer = load_llm(llm)
-    stop = tuple(tokenizer.encode("<|im_end|>", add_special_tokens=False)[:1])
-    sampling = SamplingConfig(max_new_tokens=max_new_tokens, greedy=control is not None, temperature=0.6,
-                              top_p=0.95, top_k=20, stop_token_ids=stop, seed=seed)
-    out = cls(LLMPolicy(Sampler(model, sampling, tokenizer), tokenizer, sampling), max_rounds, store, slots)
-    if control is not None:
-      out.control_config = control
+      out.control_config = loaded.control
     return out
 
   @property

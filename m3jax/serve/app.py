@@ -107,13 +107,8 @@ def _errors(*codes: int) -> dict:
 
 
 def _embedder(config: ServeConfig):
-  if config.embedder == "minilm":
-    from m3jax.models.bert import TextEmbedder
-    return TextEmbedder.from_pretrained()
-  from m3jax.memory.fixture_embedder import HashedBowEmbedder
-  if config.embedder == "hashed":
-    return HashedBowEmbedder.builtin(dim=config.graph.text_dim)
-  return HashedBowEmbedder.from_json(config.embedder)
+  from m3jax.memory.embedders import make_embedder
+  return make_embedder(config.embedder, dim=config.graph.text_dim if config.embedder == "hashed" else None)
 
 
 class PathScrubber:
