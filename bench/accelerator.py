@@ -1,7 +1,7 @@
 """Accelerator benchmark: decode against the HBM roofline, SFT / RL learner MFU, Omni memorization clips/s.
 
-  python bench/accelerator.py            # on a GPU / TPU host: full shapes, one chip, a few minutes
-  python bench/accelerator.py --tiny     # the same code paths with tiny shapes on CPU (tests)
+  python -m bench.accelerator            # on a GPU / TPU host: full shapes, one chip, a few minutes
+  python -m bench.accelerator --tiny     # the same code paths with tiny shapes on CPU (tests)
 
 Everything runs through m3jax's own classes on one device (`jax.devices()[0]`) with random weights:
 * decode: `Sampler.generate` (jitted prefill, on-device decode loop) on Qwen3-0.6B- and Qwen3-1.7B-shaped
@@ -36,15 +36,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import pathlib
-import sys
 import tempfile
 import time
 
 import numpy as np
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.harness import best_time, result_line
 
 # Per-chip HBM bandwidth (bytes/s) and dense bf16 peak (FLOP/s), keyed on a substring of `device_kind`.
 BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.0e12, "TPU v5 lite": 0.82e12, "TPU v5e": 0.82e12,
@@ -135,16 +132,6 @@ def omni_slice(layers: int, tiny: bool):
   return cfg.with_attention_chunk(1024), ChatTokens(), ByteTokenizer()  # load_omni_writer's chunk
 
 
-# ------------------------------------------------------------------------------------------------ timing
-def _best(fn, repeats: int = 3) -> float:
-  times = []
-  for _ in range(repeats):
-    t = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - t)
-  return min(times)
-
-
 def hardware(sz: Sizes) -> dict:
   """Device kind, measured bandwidth (and the table's), peak bf16 FLOP/s (table, else measured)."""
   import jax
@@ -155,8 +142,8 @@ def hardware(sz: Sizes) -> dict:
   copy = jax.jit(lambda a: a * 2.0 + 1.0)  # reads and writes the buffer once
   total = jax.jit(jnp.sum)  # reads it once
   jax.block_until_ready((copy(x), total(x)))
-  bw_copy = 2 * sz.bw_bytes / _best(lambda: jax.block_until_ready(copy(x)), 5)
-  bw_sum = sz.bw_bytes / _best(lambda: jax.block_until_ready(total(x)), 5)
+  bw_copy = 2 * sz.bw_bytes / best_time(lambda: jax.block_until_ready(copy(x)), 5)[0]
+  bw_sum = sz.bw_bytes / best_time(lambda: jax.block_until_ready(total(x)), 5)[0]
   del x
   table_bw = next((v for k, v in BANDWIDTH.items() if k in kind), None)
   peak = next((v for k, v in PEAK_BF16.items() if k in kind), None)
@@ -166,7 +153,8 @@ def hardware(sz: Sizes) -> dict:
     a = jax.device_put(jnp.ones((n, n), jnp.bfloat16), dev)
     mm = jax.jit(lambda a: a @ a)
     jax.block_until_ready(mm(a))
-    peak, peak_source = 2 * n ** 3 / _best(lambda: jax.block_until_ready(mm(a)), 5), f"measured {n}^3 bf16 matmul"
+    peak = 2 * n ** 3 / best_time(lambda: jax.block_until_ready(mm(a)), 5)[0]
+    peak_source = f"measured {n}^3 bf16 matmul"
   return dict(kind=kind, bw=max(bw_copy, bw_sum), bw_copy=bw_copy, bw_sum=bw_sum, table_bw=table_bw, peak=peak,
               peak_source=peak_source)
 
@@ -198,8 +186,8 @@ def decode(name: str, sz: Sizes, hw: dict) -> dict:
                                      jnp.full((batch,), sz.prompt, jnp.int32)))
 
     prefill()
-    whole = _best(lambda: sampler.generate(prompts.tolist()))
-    seconds = whole - _best(prefill)
+    whole = best_time(lambda: sampler.generate(prompts.tolist()), 3)[0]
+    seconds = whole - best_time(prefill, 3)[0]
     if seconds <= 0:  # the decode part is below the timing noise (tiny sizes on a busy host): count the prefill
       seconds = whole  # too, which gives a lower bound on the decode rate
     tok_s = batch * sz.new / seconds
@@ -369,7 +357,7 @@ def main() -> None:
       result["memorize_clips_s"] = f"{memorize_clips_s(sz):.3g}"
     print(f"({section}: {time.perf_counter() - t:.0f} s with compilation)", flush=True)
   result["seconds"] = f"{time.perf_counter() - start:.0f}"
-  print("RESULT " + " ".join(f"{k}={v}" for k, v in result.items()))
+  print(result_line(**result))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ there is a false one, and counts against precision in its own line.
 Seeds: dev seeds 1,000,000+ choose the threshold (`--sweep` prints precision/recall per threshold); train seeds
 (< 1,000,000) give the reported numbers; test seeds (>= 2,000,000) are refused.
 
-  nice -n 10 python bench/active_speaker.py --n2 16 --n3 8 --seed0 100 --threshold 0.5
+  nice -n 10 python -m bench.active_speaker --n2 16 --n3 8 --seed0 100 --threshold 0.5
 
 Measured 2026-12-05 (Intel Xeon Processor, 2 cores, load 10-12 from other jobs; 8 min wall):
   RESULT asd_precision_2face=1.000 asd_recall_2face=1.000 asd_precision_3face=1.000 asd_recall_3face=0.667
@@ -33,23 +33,20 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
-import subprocess
-import sys
 import tempfile
 import time
 
 import numpy as np
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from m3jax.perception.media import SAMPLE_RATE, iter_clips  # noqa: E402
-from m3jax.memorize.perceive import PerceptionConfig  # noqa: E402
-from m3jax.perception.faces import cluster_faces  # noqa: E402
-from m3jax.data.episode_render import episode_audio, render_episode  # noqa: E402
-from m3jax.data.episodes import EpisodeConfig, make_episode  # noqa: E402
-from m3jax.perception.active_speaker import (ActiveSpeakerConfig, VoiceSegment, confident_pairs,  # noqa: E402
+from m3jax.perception.media import SAMPLE_RATE, iter_clips
+from m3jax.memorize.perceive import PerceptionConfig
+from m3jax.perception.faces import cluster_faces
+from m3jax.data.episode_render import episode_audio, render_episode
+from m3jax.data.episodes import EpisodeConfig, make_episode
+from m3jax.perception.active_speaker import (ActiveSpeakerConfig, VoiceSegment, confident_pairs,
                                              speaking_scores, tracks_from_detections)
+from bench.harness import machine, result_line
 
 TEST_SEED0 = 2_000_000
 
@@ -135,9 +132,7 @@ def main():
   from m3jax.perception.voices import SpeakerEncoder
   pcfg = PerceptionConfig()
   face_backend, vad, encoder = DlibFaceBackend(upsample=pcfg.face_upsample), SileroVAD.load(), SpeakerEncoder.load()
-  cpu = next((l.split(":", 1)[1].strip() for l in subprocess.run(["lscpu"], capture_output=True, text=True)
-              .stdout.splitlines() if l.startswith("Model name")), "?")
-  print(f"cpu: {cpu}  cores: {os.cpu_count()}  load at start: {os.getloadavg()}")
+  print(machine(), flush=True)
   rows: dict[str, list] = {"2face": [], "3face": [], "still": []}
   spent = {"2face": 0.0, "3face": 0.0}
   cue = {"2face": 0.0, "3face": 0.0}
@@ -180,9 +175,9 @@ def main():
           f"of which the cue {cue_clip:.2f}")
   p2, r2 = out.get("2face", (float("nan"),) * 2)
   p3, r3 = out.get("3face", (float("nan"),) * 2)
-  print(f"RESULT asd_precision_2face={p2:.3f} asd_recall_2face={r2:.3f} asd_precision_3face={p3:.3f} "
-        f"asd_recall_3face={r3:.3f} threshold={args.threshold} n_2face={len(rows['2face'])} "
-        f"n_3face={len(rows['3face'])}")
+  print(result_line(asd_precision_2face=f"{p2:.3f}", asd_recall_2face=f"{r2:.3f}", asd_precision_3face=f"{p3:.3f}",
+                    asd_recall_3face=f"{r3:.3f}", threshold=args.threshold, n_2face=len(rows['2face']),
+                    n_3face=len(rows['3face'])))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Continuous vs static batching of the controller: the shipped trained controller on held-out questions.
 
-  python bench/continuous_batching.py [--n 32] [--slots 8] [--reps 2]
+  python -m bench.continuous_batching [--n 32] [--slots 8] [--reps 2]
 
 Both sides are m3jax with the same model, sampler and questions (`bench/controller_eval.py`'s held-out gold-memory
 graphs). Static: the questions in batches of `--slots`; each batch runs round by round until its slowest question
@@ -19,20 +19,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import pathlib
 import statistics
 import sys
 import time
 
 import numpy as np
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-
-from m3jax.control.controller import Question  # noqa: E402
-from m3jax.eval.demo import make_answerer  # noqa: E402
-from m3jax.eval.evaluate import make_embedder  # noqa: E402
-from competitors import cpu_model  # noqa: E402  (bench/ leads sys.path)
-from controller_eval import heldout_task  # noqa: E402
+from m3jax.control.controller import Question
+from m3jax.eval.demo import make_answerer
+from m3jax.eval.evaluate import make_embedder
+from bench.controller_eval import heldout_task
+from bench.harness import cpu_model, machine, result_line
 
 
 class CountingPolicy:
@@ -81,9 +78,7 @@ def main() -> None:
   args = ap.parse_args()
   if args.n < 1 or args.slots < 1 or args.reps < 1:
     sys.exit("continuous_batching: --n, --slots and --reps must be >= 1")
-  cpu = cpu_model()
-  print(f"cpu: {cpu}, {os.cpu_count()} cores; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
-        flush=True)
+  print(machine(), flush=True)
   embed = make_embedder("minilm")
   graphs, records = heldout_task(args.n, embed, int(np.asarray(embed(["x"])).shape[-1]))
   questions = [Question(r.question_id, r.question, r.answer, r.memory_id, before_clip=r.before_clip,
@@ -105,10 +100,11 @@ def main() -> None:
   rounds = [len(t.rounds) for t in stats[True][0]]
   print(f"rounds per question: mean {np.mean(rounds):.2f}, max {max(rounds)}; same trajectories {same}/{args.n}")
   static_s, cont_s = statistics.median(times[False]), statistics.median(times[True])
-  print(f"RESULT continuous_speedup={static_s / cont_s:.2f} static_s={static_s:.1f} continuous_s={cont_s:.1f} "
-        f"util_static={stats[False][2]:.3f} util_continuous={stats[True][2]:.3f} calls_static={stats[False][1]} "
-        f"calls_continuous={stats[True][1]} same_trajectories={same}/{args.n} n={args.n} slots={args.slots} "
-        f"cpu={cpu.replace(' ', '_')}")
+  print(result_line(continuous_speedup=f"{static_s / cont_s:.2f}", static_s=f"{static_s:.1f}",
+                    continuous_s=f"{cont_s:.1f}", util_static=f"{stats[False][2]:.3f}",
+                    util_continuous=f"{stats[True][2]:.3f}", calls_static=stats[False][1],
+                    calls_continuous=stats[True][1], same_trajectories=f"{same}/{args.n}", n=args.n, slots=args.slots,
+                    cpu=cpu_model().replace(' ', '_')))
 
 
 if __name__ == "__main__":

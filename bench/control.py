@@ -1,6 +1,6 @@
 """Control-loop throughput: m3jax batched controller vs a straightforward transformers port of the reference loop.
 
-  python bench/control.py [--questions 64] [--baseline-questions 64] [--max-new-tokens 64]
+  python -m bench.control [--questions 64] [--baseline-questions 64] [--max-new-tokens 64]
 
 Questions come from the official-format fixture graphs (small + medium, their `*.queries.json` questions cycled
 to `--questions`), with SmolLM2-135M-Instruct as the policy and the reference protocol (5 rounds, T=0.6,
@@ -23,7 +23,6 @@ import dataclasses
 import json
 import pathlib
 import re
-import sys
 import time
 
 from m3jax.control.controller import Controller, ControlConfig, Question
@@ -35,13 +34,10 @@ from m3jax.memory.reference_pickle import load_reference_pickle
 from m3jax.models.llm import load_llm
 from m3jax.engine.sampling import Sampler, SamplingConfig
 from m3jax.models.weights.gguf import smollm2_path
-from competitors import require  # bench/competitors.py (bench/ leads sys.path)
+from tests import reference_search  # the reference oracle
+from bench.harness import machine, require, result_line
 
 TESTS = pathlib.Path(__file__).resolve().parents[1] / "tests"
-sys.path.insert(0, str(TESTS))              # the reference oracle, tests/reference_search.py
-
-import reference_search  # noqa: E402
-
 FIXTURES = TESTS / "fixtures" / "official_graphs"
 GRAPHS = ("small", "medium")
 MAX_ROUNDS = 5
@@ -127,6 +123,7 @@ def main() -> None:
                       help="sequence-length buckets: 1.5x steps (less padded prefill) or the sampler's powers of two")
   args = parser.parse_args()
   require({"torch": "torch", "transformers": "transformers"})  # the competitor's packages (bench/setup)
+  print(machine(), flush=True)
 
   embed = HashedBowEmbedder.from_json(FIXTURES / "small.embedder.json")
   graphs = [load_reference_pickle(FIXTURES / f"{g}.pkl") for g in GRAPHS]
@@ -154,11 +151,12 @@ def main() -> None:
   results["reference"] = len(base_q) / elapsed
   print(f"reference (transformers, one at a time): {len(base_q)} questions in {elapsed:.1f}s = "
         f"{results['reference']:.3f} q/s, {gen / elapsed:.1f} gen tok/s, {answered} answered", flush=True)
-  print(f"RESULT control_ratio={results['m3jax_kv'] / results['reference']:.2f} "
-        f"kv_reuse_gain={results['m3jax_kv'] / results['m3jax_reprefill']:.2f} "
-        f"m3jax_qps={results['m3jax_kv']:.3f} reprefill_qps={results['m3jax_reprefill']:.3f} "
-        f"reference_qps={results['reference']:.3f} questions={len(questions)} baseline_questions={len(base_q)} "
-        f"max_new_tokens={args.max_new_tokens} warm={int(args.warmup)} buckets={args.buckets}")
+  print(result_line(control_ratio=f"{results['m3jax_kv'] / results['reference']:.2f}",
+                    kv_reuse_gain=f"{results['m3jax_kv'] / results['m3jax_reprefill']:.2f}",
+                    m3jax_qps=f"{results['m3jax_kv']:.3f}", reprefill_qps=f"{results['m3jax_reprefill']:.3f}",
+                    reference_qps=f"{results['reference']:.3f}", questions=len(questions),
+                    baseline_questions=len(base_q), max_new_tokens=args.max_new_tokens, warm=int(args.warmup),
+                    buckets=args.buckets))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
 """Controller evaluation on dev or test memory-QA questions (issues 19 and 41): trained vs rules vs untrained.
 
-  python bench/controller_eval.py --split test          # the final evaluation: test seeds, phrasings and family
-  python bench/controller_eval.py                       # dev (the old held-out set: curves and choices use it)
-  python bench/controller_eval.py --n 16 --answerers rules,untrained --tasks gold
-  python bench/controller_eval.py --adapter runs/rl_controller/adapter.npz   # another trained adapter
-  python bench/controller_eval.py --join a.jsonl b.jsonl stage2=c.jsonl  # one RESULT from runs of one answerer each
+  python -m bench.controller_eval --split test          # the final evaluation: test seeds, phrasings and family
+  python -m bench.controller_eval                       # dev (the old held-out set: curves and choices use it)
+  python -m bench.controller_eval --n 16 --answerers rules,untrained --tasks gold
+  python -m bench.controller_eval --adapter runs/rl_controller/adapter.npz   # another trained adapter
+  python -m bench.controller_eval --join a.jsonl b.jsonl stage2=c.jsonl  # one RESULT from runs of one answerer each
 
 Questions come from one split's episodes only (`m3jax.data.questions`): `--split dev` the 96 family-balanced
 questions every dev number was measured on (seeds >= HELDOUT_SEED_START, the dev phrasings and the held-out
@@ -30,29 +30,27 @@ diff_rules_hi=… n=… (then rules_lo/hi, diff_untrained…, the contains and l
 _lo/_hi) perception_rules=… perception_untrained=… perception_diff_rules=… (_lo, _hi) perception_n=…
 perception_episodes=…, split=…) judge=strict; NA where an answerer did not run.
 """
+
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
-import subprocess
 import sys
 import time
 from collections import Counter
 
 import numpy as np
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-
-from m3jax.control.controller import Question  # noqa: E402
-from m3jax.eval.judges import JudgeItem, RuleJudge, make_judge, score_answers  # noqa: E402
-from m3jax.memorize.perception_pool import entry_key, perceived_episodes  # noqa: E402
-from m3jax.data.episodes import QUESTION_TYPES  # noqa: E402
-from m3jax.data.memory_qa import make_task, split_questions  # noqa: E402
-from m3jax.data.questions import HELDOUT_SEED_START, NOT_IN_MEMORY, TEST_SEED_START  # noqa: E402
-from m3jax.eval.evaluate import make_embedder  # noqa: E402
-from m3jax.eval.stats import accuracy_interval, paired_bootstrap  # noqa: E402
+from m3jax.control.controller import Question
+from m3jax.eval.judges import JudgeItem, RuleJudge, make_judge, score_answers
+from m3jax.memorize.perception_pool import entry_key, perceived_episodes
+from m3jax.data.episodes import QUESTION_TYPES
+from m3jax.data.memory_qa import make_task, split_questions
+from m3jax.data.questions import HELDOUT_SEED_START, NOT_IN_MEMORY, TEST_SEED_START
+from m3jax.eval.evaluate import make_embedder
+from m3jax.eval.stats import accuracy_interval, paired_bootstrap
+from bench import harness
 
 STRICT, CONTAINS = RuleJudge("strict"), RuleJudge("contains")
 JUDGE = CONTAINS  # what filters the llm judge's mismatched pairs
@@ -190,16 +188,6 @@ def perception_task(root: pathlib.Path, seeds: list[int], progress: bool = True)
   return graphs, records, embed
 
 
-def machine() -> str:
-  try:
-    out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    cpu = next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "?")
-  except (OSError, subprocess.CalledProcessError):
-    cpu = "?"
-  load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-  return f"cpu: {cpu}, {os.cpu_count()} cores; load average {load}"
-
-
 def result_line(results: dict, diffs: dict, n: int, split: str) -> str:
   """The RESULT line: the strict judge's numbers with their intervals first, then the other columns."""
   def fmt(task, kind, key="accuracy"):
@@ -232,7 +220,7 @@ def result_line(results: dict, diffs: dict, n: int, split: str) -> str:
             ("perception_diff_rules_contains", diff(p, "rules", 0, "contains")),
             ("perception_n", str(results.get("perception_n", 0))),
             ("perception_episodes", str(results.get("perception_episodes", 0))), ("split", split), ("judge", "strict")]
-  return "RESULT " + " ".join(f"{k}={v}" for k, v in fields)
+  return harness.result_line(**dict(fields))
 
 
 def join_records(files: list[str]) -> None:
@@ -328,7 +316,7 @@ def main() -> None:
   out_path = pathlib.Path(args.records or f"runs/controller_eval/{args.split}.jsonl")
   out_path.parent.mkdir(parents=True, exist_ok=True)
 
-  print(machine(), flush=True)
+  print(harness.machine(), flush=True)
   print(f"split {args.split}; judge strict (contains beside it); intervals 95% (Wilson; paired bootstrap for "
         f"differences); per-question records -> {out_path}", flush=True)
   embed = make_embedder(args.embedder)

@@ -1,7 +1,7 @@
 """Does the trained controller know when the memory lacks the answer? (issue 19: the unanswerable goal)
 
-  python bench/decline_signal.py                          # the shipped controller, 3 episodes, 5 samples each
-  python bench/decline_signal.py --adapter runs/rl_controller/adapter.npz --episodes 6
+  python -m bench.decline_signal                          # the shipped controller, 3 episodes, 5 samples each
+  python -m bench.decline_signal --adapter runs/rl_controller/adapter.npz --episodes 6
 
 WHY: the shipped 135M controller declines few unanswerable questions. Before training harder for declines, this
 asks whether the policy already carries a signal an abstention rule could read. Two signals, each the policy's own:
@@ -28,16 +28,14 @@ from collections import Counter
 
 import numpy as np
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-
-from controller_eval import JUDGE, machine  # noqa: E402
-
-from m3jax.control.controller import Question  # noqa: E402
-from m3jax.eval.demo import make_answerer  # noqa: E402
-from m3jax.eval.judges import JudgeItem, is_decline, normalize_answer  # noqa: E402
-from m3jax.data.memory_qa import make_task  # noqa: E402
-from m3jax.data.questions import HELDOUT_SEED_START, NOT_IN_MEMORY  # noqa: E402
-from m3jax.eval.evaluate import make_embedder  # noqa: E402
+from m3jax.control.controller import Question
+from m3jax.eval.demo import make_answerer
+from m3jax.eval.judges import JudgeItem, is_decline, normalize_answer
+from m3jax.data.memory_qa import make_task
+from m3jax.data.questions import HELDOUT_SEED_START, NOT_IN_MEMORY
+from m3jax.eval.evaluate import make_embedder
+from bench.controller_eval import JUDGE
+from bench.harness import machine, result_line
 
 
 def auc(pos: list[float], neg: list[float]) -> float:
@@ -161,8 +159,8 @@ def main() -> None:
     print(f"  decline below {tau:.0%} agreement: accuracy {np.mean(ok):.3f}, unanswerable declined "
           f"{sum(d for d, u in zip(declined, unans) if u)}/{n_un}, false declines "
           f"{sum(d for d, u in zip(declined, unans) if not u)}/{len(qs) - n_un}")
-  print(f"RESULT auc_decline_logprob={auc_lp:.3f} auc_disagreement={auc_dis:.3f} n={len(qs)} unanswerable={n_un} "
-        f"greedy={np.mean(g_ok):.3f} vote={np.mean(v_ok):.3f}")
+  print(result_line(auc_decline_logprob=f"{auc_lp:.3f}", auc_disagreement=f"{auc_dis:.3f}", n=len(qs),
+                    unanswerable=n_un, greedy=f"{np.mean(g_ok):.3f}", vote=f"{np.mean(v_ok):.3f}"))
 
 
 if __name__ == "__main__":

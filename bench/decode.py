@@ -1,6 +1,6 @@
 """Decode/prefill throughput: m3jax sampler vs transformers `generate`, SmolLM2-135M-Instruct, float32, CPU.
 
-  python bench/decode.py [--threads 2] [--prompt 128] [--new 128] [--long-bucket 4096] [--long-filled 256]
+  python -m bench.decode [--threads 2] [--prompt 128] [--new 128] [--long-bucket 4096] [--long-filled 256]
 
 Same weights (the shipped GGUF, dequantised by each library), same thread count, greedy, no early stop. Also
 measures, in the same run, the machine's floors for this model:
@@ -22,8 +22,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import time
-from competitors import cpu_model, require  # bench/competitors.py (bench/ leads sys.path)
+
+from bench.harness import best_time, cpu_model, machine, require, result_line
 
 
 def main():
@@ -36,6 +36,7 @@ def main():
   ap.add_argument("--long-filled", type=int, default=256)
   args = ap.parse_args()
   require({"torch": "torch", "transformers": "transformers"})  # the competitor's packages (bench/setup)
+  print(machine(), flush=True)
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                              f" --xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads={args.threads}")
   import numpy as np
@@ -46,7 +47,7 @@ def main():
   from m3jax.models.weights.gguf import smollm2_path
 
   torch.set_num_threads(args.threads)
-  best = lambda f: min(_timed(f) for _ in range(args.repeats))
+  best = lambda f: best_time(f, args.repeats)[0]
   model, tok = load_llm()
   path = smollm2_path()
   hf = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
@@ -93,19 +94,15 @@ def main():
   print(f"batch 1: decode step {step1 * 1e3:.2f} ms; weight read ({n_bytes / 1e6:.0f} MB): reduction "
         f"{read1 * 1e3:.2f} ms ({n_bytes / read1 / 1e9:.1f} GB/s), matvec step {matvec1 * 1e3:.2f} ms "
         f"({n_bytes / matvec1 / 1e9:.1f} GB/s); floor = the faster, {floor1 * 1e3:.2f} ms")
-  print("RESULT decode_ratio_b1={:.2f} decode_ratio_b8={:.2f} prefill_ratio={:.2f} step_over_matmul_floor_b8={:.2f} "
-        "step_over_bandwidth_floor_b1={:.2f} long_ctx_step_ms={:.2f} short_ctx_step_ms={:.2f} long_over_short={:.2f} "
-        "decode_tok_s_b1={:.1f} decode_tok_s_b8={:.1f} split_over_scan_b1={:.2f} cpu=\"{}\"".format(
-            results[1]["m3_decode"] / results[1]["hf_decode"], results[8]["m3_decode"] / results[8]["hf_decode"],
-            results[8]["m3_prefill"] / results[8]["hf_prefill"], step8 / floor8, step1 / floor1, long_step * 1e3,
-            short_step * 1e3, long_step / short_step, results[1]["m3_decode"], results[8]["m3_decode"],
-            scan_step1 / results[1]["m3_step"], cpu_model()))
-
-
-def _timed(fn) -> float:
-  t = time.perf_counter()
-  fn()
-  return time.perf_counter() - t
+  print(result_line(
+      decode_ratio_b1=f"{results[1]['m3_decode'] / results[1]['hf_decode']:.2f}",
+      decode_ratio_b8=f"{results[8]['m3_decode'] / results[8]['hf_decode']:.2f}",
+      prefill_ratio=f"{results[8]['m3_prefill'] / results[8]['hf_prefill']:.2f}",
+      step_over_matmul_floor_b8=f"{step8 / floor8:.2f}", step_over_bandwidth_floor_b1=f"{step1 / floor1:.2f}",
+      long_ctx_step_ms=f"{long_step * 1e3:.2f}", short_ctx_step_ms=f"{short_step * 1e3:.2f}",
+      long_over_short=f"{long_step / short_step:.2f}", decode_tok_s_b1=f"{results[1]['m3_decode']:.1f}",
+      decode_tok_s_b8=f"{results[8]['m3_decode']:.1f}", split_over_scan_b1=f"{scan_step1 / results[1]['m3_step']:.2f}",
+      cpu=cpu_model()))
 
 
 def _m3_times(model, prompts, new: int, slots: int, best,

@@ -1,6 +1,6 @@
 """Dynamic-sampling yield with and without pass-rate selection, on the shipped controller's real outcomes.
 
-  python bench/dynamic_sampling_yield.py [--questions 32] [--samples 8] [--steps 300]
+  python -m bench.dynamic_sampling_yield [--questions 32] [--samples 8] [--steps 300]
 
 DAPO keeps only groups with mixed outcomes, so every group of G trajectories on a question the policy always or
 never solves is rollout time spent for nothing. `DynamicSamplingConfig(skip_after=G, oversample=2)` skips a
@@ -23,20 +23,16 @@ full_batches_before=... full_batches_after=... saturated_share=... questions=...
 from __future__ import annotations
 
 import argparse
-import os
 import pathlib
-import sys
 import time
 
 import numpy as np
 
-ROOT = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(1, str(ROOT.parent))
+from m3jax.config import load_config
+from m3jax.rl.dynamic_sampling import DynamicBatcher, DynamicSamplingConfig, Group
+from bench.harness import cpu_model, machine, result_line
 
-from competitors import cpu_model  # noqa: E402  (bench/ leads sys.path)
-from m3jax.config import load_config  # noqa: E402
-from m3jax.rl.dynamic_sampling import DynamicBatcher, DynamicSamplingConfig, Group  # noqa: E402
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def measure_outcomes(n_questions: int, samples: int, seed: int) -> dict[str, np.ndarray]:
@@ -44,7 +40,7 @@ def measure_outcomes(n_questions: int, samples: int, seed: int) -> dict[str, np.
   from m3jax.control.answer import trained_adapter_path
   from m3jax.rl.program import RLProgram
 
-  cfg = load_config(ROOT.parent / "configs" / "rl_controller.py",
+  cfg = load_config(ROOT / "configs" / "rl_controller.py",
                     [f"init_adapter={trained_adapter_path(None)}", "warm_start_steps=0", "train_seeds=(0, 16)",
                      "eval_seeds=(1000000, 1000000)"])
   program = RLProgram(cfg)
@@ -106,15 +102,14 @@ def main() -> None:
   ap.add_argument("--steps", type=int, default=300)
   ap.add_argument("--seed", type=int, default=0)
   args = ap.parse_args()
-  print(f"cpu: {cpu_model()}, {os.cpu_count()} cores; load average "
-        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+  print(machine(), flush=True)
   t0 = time.perf_counter()
   outcomes = measure_outcomes(args.questions, args.samples, args.seed)
   rates = np.array([o.mean() for o in outcomes.values()])
   saturated = float(np.mean((rates == 0) | (rates == 1)))
   print(f"rollouts: {time.perf_counter() - t0:.0f} s; pass rate mean {rates.mean():.3f}; questions always right "
         f"{np.mean(rates == 1):.3f}, always wrong {np.mean(rates == 0):.3f} (of {args.samples} samples)", flush=True)
-  recipe = load_config(ROOT.parent / "configs" / "rl_controller.py")
+  recipe = load_config(ROOT / "configs" / "rl_controller.py")
   base = DynamicSamplingConfig(enabled=True, max_rounds=recipe.sampling.max_rounds)
   select = DynamicSamplingConfig(enabled=True, max_rounds=recipe.sampling.max_rounds, skip_after=recipe.group_size,
                                  skip_for=10, oversample=2.0)
@@ -122,11 +117,12 @@ def main() -> None:
   for name, cfg in (("before", base), ("after", select)):
     res[name] = replay(outcomes, cfg, args.steps, recipe.batch_questions, recipe.group_size, args.seed + 1)
     print(f"{name:6s} {cfg}: " + ", ".join(f"{k} {v:.3f}" for k, v in res[name].items()), flush=True)
-  print(f"RESULT yield_before={res['before']['yield']:.3f} yield_after={res['after']['yield']:.3f} "
-        f"groups_per_batch_before={res['before']['groups_per_batch']:.2f} "
-        f"groups_per_batch_after={res['after']['groups_per_batch']:.2f} "
-        f"full_batches_before={res['before']['full_batches']:.3f} full_batches_after={res['after']['full_batches']:.3f} "
-        f"saturated_share={saturated:.3f} questions={len(outcomes)} samples={args.samples} cpu=\"{cpu_model()}\"")
+  print(result_line(yield_before=f"{res['before']['yield']:.3f}", yield_after=f"{res['after']['yield']:.3f}",
+                    groups_per_batch_before=f"{res['before']['groups_per_batch']:.2f}",
+                    groups_per_batch_after=f"{res['after']['groups_per_batch']:.2f}",
+                    full_batches_before=f"{res['before']['full_batches']:.3f}",
+                    full_batches_after=f"{res['after']['full_batches']:.3f}", saturated_share=f"{saturated:.3f}",
+                    questions=len(outcomes), samples=args.samples, cpu=cpu_model()))
 
 
 if __name__ == "__main__":

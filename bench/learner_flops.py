@@ -1,6 +1,6 @@
 """The DAPO learner against its FLOP floor: model GFLOP/s of `Learner.update` vs the best jitted matmul, one run.
 
-  python bench/learner_flops.py [--rows 4] [--prompt 256] [--completion 256] [--reps 3] [--bf16]
+  python -m bench.learner_flops [--rows 4] [--prompt 256] [--completion 256] [--reps 3] [--bf16]
 
 The model is SmolLM2-135M-Instruct's shape (30 layers, d=576, ff=1536, 9/3 heads, vocabulary 49152, tied
 embeddings) with random weights: FLOPs and time depend on shapes only. One update of `--rows` rows of
@@ -30,9 +30,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import pathlib
 import statistics
-import sys
 import time
 
 import jax
@@ -40,14 +38,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-
-from m3jax.host_memory import retain_freed_memory  # noqa: E402
-from m3jax.models import lora  # noqa: E402
-from m3jax.models.decoder import Decoder, DecoderConfig  # noqa: E402
-from m3jax.rl.flops import learner_step_flops  # noqa: E402
-from m3jax.rl.learner import Learner, LearnerConfig, OptimConfig  # noqa: E402
-from competitors import cpu_model  # noqa: E402  (bench/ leads sys.path)
+from m3jax.host_memory import retain_freed_memory
+from m3jax.models import lora
+from m3jax.models.decoder import Decoder, DecoderConfig
+from m3jax.rl.flops import learner_step_flops
+from m3jax.rl.learner import Learner, LearnerConfig, OptimConfig
+from bench.harness import cpu_model, machine, result_line
 
 SMOLLM2 = DecoderConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=30, num_heads=9,
                         num_kv_heads=3, head_dim=64, rope_theta=100000.0, rms_norm_eps=1e-5, tie_embeddings=True,
@@ -110,9 +106,7 @@ def main() -> None:
                   "bf16 matmuls (this CPU kind may have AVX512-BF16/AMX)")
   args = ap.parse_args()
   retain_freed_memory()
-  cpu = cpu_model()
-  print(f"cpu: {cpu}, {os.cpu_count()} cores; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
-        flush=True)
+  print(machine(), flush=True)
   runs = {"lora": learner_run(8, args.rows, args.prompt, args.completion),
           "lora_dense_logits": learner_run(8, args.rows, args.prompt, args.completion, logit_bucket=0),
           **({} if args.no_full else {"full": learner_run(0, args.rows, args.prompt, args.completion)}),
@@ -135,15 +129,17 @@ def main() -> None:
           f"(all ms: {[round(x * 1e3) for x in v]})", flush=True)
   floor = max(rate[k] for k in runs if k not in learners and "bfloat16" not in k)
   print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-  full = "" if args.no_full else f"full_gflop_s={rate['full']:.1f} full_of_floor={rate['full'] / floor:.3f} "
-  print(f"RESULT lora_gflop_s={rate['lora']:.1f} matmul_gflop_s={floor:.1f} lora_of_floor={rate['lora'] / floor:.3f} "
-        + full +
-        f"lora_dense_logits_of_floor={rate['lora_dense_logits'] / floor:.3f} "
-        f"gathered_logits_speedup={rate['lora'] / rate['lora_dense_logits']:.2f} "
-        + (f"lora_bf16_gflop_s={rate['lora_bf16']:.1f} bf16_speedup={rate['lora_bf16'] / rate['lora']:.2f} "
-           f"bf16_matmul_gflop_s={max(rate[k] for k in runs if 'bfloat16' in k):.1f} " if args.bf16 else "")
-        + f"rows={args.rows} "
-        f"tokens={args.prompt}+{args.completion} cpu={cpu.replace(' ', '_')}")
+  fields = {"lora_gflop_s": f"{rate['lora']:.1f}", "matmul_gflop_s": f"{floor:.1f}",
+            "lora_of_floor": f"{rate['lora'] / floor:.3f}"}
+  if not args.no_full:
+    fields.update(full_gflop_s=f"{rate['full']:.1f}", full_of_floor=f"{rate['full'] / floor:.3f}")
+  fields.update(lora_dense_logits_of_floor=f"{rate['lora_dense_logits'] / floor:.3f}",
+                gathered_logits_speedup=f"{rate['lora'] / rate['lora_dense_logits']:.2f}")
+  if args.bf16:
+    fields.update(lora_bf16_gflop_s=f"{rate['lora_bf16']:.1f}", bf16_speedup=f"{rate['lora_bf16'] / rate['lora']:.2f}",
+                  bf16_matmul_gflop_s=f"{max(rate[k] for k in runs if 'bfloat16' in k):.1f}")
+  print(result_line(**fields, rows=args.rows, tokens=f"{args.prompt}+{args.completion}",
+                    cpu=cpu_model().replace(" ", "_")))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """Memorization benchmark on a generated episode: real-time factor, identity purity / completeness, QA accuracy.
 
-  python bench/memorize.py                         # 20 clips = a 10-minute episode, 3 people
-  python bench/memorize.py --clips 4 --fps 0.25    # what fits a busy 2-core machine
-  python bench/memorize.py --videos 4 --clips 2 --clip-seconds 12   # clips/s: one by one vs in lock-step
+  python -m bench.memorize                         # 20 clips = a 10-minute episode, 3 people
+  python -m bench.memorize --clips 4 --fps 0.25    # what fits a busy 2-core machine
+  python -m bench.memorize --videos 4 --clips 2 --clip-seconds 12   # clips/s: one by one vs in lock-step
 
 The episode (video + script + questions) is generated first and not timed; models load once before timing.
 The real-time factor is media seconds / memorization wall seconds (decode, perception, writing, insertion,
@@ -23,19 +23,17 @@ import argparse
 import os
 import pathlib
 import shutil
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-
-from m3jax.control.answer import episode_questions  # noqa: E402
-from m3jax.eval.demo import make_answerer, qa_accuracy  # noqa: E402
-from m3jax.eval.scoring import identity_scores, load_observations  # noqa: E402
-from m3jax.memorize.pipeline import MemorizeConfig, Memorizer, load_memory  # noqa: E402
-from m3jax.memorize.perceive import PerceptionConfig, PerceptionModels  # noqa: E402
-from m3jax.data.episode_render import render_episode  # noqa: E402
-from m3jax.data.episodes import QUESTION_TYPES, EpisodeConfig, make_episode  # noqa: E402
+from m3jax.control.answer import episode_questions
+from m3jax.eval.demo import make_answerer, qa_accuracy
+from m3jax.eval.scoring import identity_scores, load_observations
+from m3jax.memorize.pipeline import MemorizeConfig, Memorizer, load_memory
+from m3jax.memorize.perceive import PerceptionConfig, PerceptionModels
+from m3jax.data.episode_render import render_episode
+from m3jax.data.episodes import QUESTION_TYPES, EpisodeConfig, make_episode
+from bench.harness import machine, result_line
 
 
 def lockstep_clips_per_s(videos: list[pathlib.Path], root: pathlib.Path, config: MemorizeConfig, models,
@@ -55,10 +53,7 @@ def lockstep_clips_per_s(videos: list[pathlib.Path], root: pathlib.Path, config:
 
 
 def bench_videos(args, out: pathlib.Path) -> None:
-  import subprocess
-  model = next((line.split(":", 1)[1].strip() for line in subprocess.run(
-      ["lscpu"], capture_output=True, text=True).stdout.splitlines() if line.startswith("Model name")), "unknown")
-  print(f"cpu: {model}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
+  print(machine(), flush=True)
   videos = [render_episode(make_episode(EpisodeConfig(seed=args.seed + k, num_clips=args.clips,
                                                       num_characters=args.characters, clip_seconds=args.clip_seconds,
                                                       utterances_per_clip=(1, 2))), out / f"v{k}")["video"]
@@ -73,8 +68,9 @@ def bench_videos(args, out: pathlib.Path) -> None:
   together, many = lockstep_clips_per_s(videos, out / "memory" / "lockstep", config, models, args.videos)
   print(f"model seconds one by one: {one.times()}\nmodel seconds in lock-step: {many.times()} (videos per call: "
         f"{many.summary()}); load {os.getloadavg()[0]:.1f}")
-  print(f"RESULT clips_per_s_alone={alone:.3f} clips_per_s_lockstep={together:.3f} speedup={together / alone:.2f} "
-        f"videos={args.videos} clips={args.clips} clip_seconds={args.clip_seconds} fps={args.fps}")
+  print(result_line(clips_per_s_alone=f"{alone:.3f}", clips_per_s_lockstep=f"{together:.3f}",
+                    speedup=f"{together / alone:.2f}", videos=args.videos, clips=args.clips,
+                    clip_seconds=args.clip_seconds, fps=args.fps))
 
 
 def main() -> None:
@@ -123,11 +119,11 @@ def main() -> None:
     print(f"QA ({kind}, {time.perf_counter() - t:.1f} s): "
           + ", ".join(f"{k} {acc[k]:.2f}" for k in QUESTION_TYPES + ("all",) if k in acc))
   short = dict(zip(QUESTION_TYPES, ("pu", "cmr", "mdr", "mhr", "gke")))
-  per_type = " ".join(f"qa_{short[k]}={results['rules'][k]:.3f}" for k in QUESTION_TYPES if k in results["rules"])
-  llm = f" qa_acc_llm={results['untrained']['all']:.3f}" if "untrained" in results else ""
-  print(f"RESULT realtime_factor={report.realtime_factor:.3f} identity_purity={ident['purity']:.3f} "
-        f"identity_completeness={ident['completeness']:.3f} face_recall={ident['face_recall']:.3f} "
-        f"qa_acc={results['rules']['all']:.3f} {per_type}{llm} clips={args.clips} fps={args.fps}")
+  per_type = {f"qa_{short[k]}": f"{results['rules'][k]:.3f}" for k in QUESTION_TYPES if k in results["rules"]}
+  llm = {"qa_acc_llm": f"{results['untrained']['all']:.3f}"} if "untrained" in results else {}
+  print(result_line(realtime_factor=f"{report.realtime_factor:.3f}", identity_purity=f"{ident['purity']:.3f}",
+                    identity_completeness=f"{ident['completeness']:.3f}", face_recall=f"{ident['face_recall']:.3f}",
+                    qa_acc=f"{results['rules']['all']:.3f}", **per_type, **llm, clips=args.clips, fps=args.fps))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Overhead of the distributed runtime: the RL learner step on 1 process x 8 CPU devices vs 2 processes x 4.
 
-  python bench/multihost.py [--rounds 3] [--steps 5] [--rows 32] [--seq 128] [--hidden 128] [--layers 4]
+  python -m bench.multihost [--rounds 3] [--steps 5] [--rows 32] [--seq 128] [--hidden 128] [--layers 4]
                             [--micro-batch 8]
 
 Both sides run the same jitted DAPO update (`Learner.update`, one optimizer step on a `rows` x `seq` batch in
@@ -25,12 +25,14 @@ import argparse
 import json
 import os
 import pathlib
+import statistics
 import subprocess
 import sys
 import time
 
+from bench.harness import machine, result_line
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def child(args) -> None:
@@ -73,12 +75,12 @@ def run(nproc: int, args, timeout: float = 600) -> float:
   """Median step time (s) of one run with `nproc` processes x 8 / nproc devices; every process is killed."""
   import portpicker
   port = portpicker.pick_unused_port() if nproc > 1 else 0
-  env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={8 // nproc}", PYTHONPATH=str(ROOT))
+  env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={8 // nproc}")
   flags = [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in ("steps", "rows", "seq", "hidden", "layers",
                                                                     "micro_batch")]
-  procs = [subprocess.Popen([sys.executable, __file__, "--child", f"--nproc={nproc}", f"--pid={pid}",
-                             f"--port={port}", *flags], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            text=True, start_new_session=True) for pid in range(nproc)]
+  procs = [subprocess.Popen([sys.executable, "-m", "bench.multihost", "--child", f"--nproc={nproc}", f"--pid={pid}",
+                             f"--port={port}", *flags], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, start_new_session=True) for pid in range(nproc)]
   try:
     out = procs[0].communicate(timeout=timeout)[0]
     for p in procs[1:]:
@@ -91,7 +93,7 @@ def run(nproc: int, args, timeout: float = 600) -> float:
   if any(p.returncode for p in procs):
     raise SystemExit(f"multihost bench: a {nproc}-process run failed (exit codes {[p.returncode for p in procs]})")
   times = json.loads(next(line for line in out.splitlines() if line.startswith("TIMES "))[6:])
-  return sorted(times)[len(times) // 2]
+  return statistics.median_high(times)
 
 
 def main() -> None:
@@ -110,16 +112,15 @@ def main() -> None:
   args = ap.parse_args()
   if args.child:
     return child(args)
-  model = next((line.split(":", 1)[1].strip() for line in subprocess.run(
-      ["lscpu"], capture_output=True, text=True).stdout.splitlines() if line.startswith("Model name")), "unknown")
-  print(f"cpu: {model}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
+  print(machine(), flush=True)
   one, two = [], []
   for r in range(args.rounds):
     one.append(run(1, args))
     two.append(run(2, args))
     print(f"round {r}: 1x8 {one[-1] * 1e3:.1f} ms  2x4 {two[-1] * 1e3:.1f} ms  load {os.getloadavg()[0]:.1f}")
-  med = lambda xs: sorted(xs)[len(xs) // 2]
-  print(f"RESULT multihost_overhead={med(two) / med(one):.2f} one_ms={med(one) * 1e3:.1f} two_ms={med(two) * 1e3:.1f}")
+  med = statistics.median_high
+  print(result_line(multihost_overhead=f"{med(two) / med(one):.2f}", one_ms=f"{med(one) * 1e3:.1f}",
+                    two_ms=f"{med(two) * 1e3:.1f}"))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Perception throughput on a generated 30-s clip: faces, VAD, speaker segmentation/embedding, ASR.
 
-Run: python bench/perception.py [--seconds 30] [--face-fps 1] [--repeats 3]
+Run: python -m bench.perception [--seconds 30] [--face-fps 1] [--repeats 3]
 
 The clip: two espeak-ng voices (en-us+f3, en-gb+m3) taking alternate turns with short pauses, and video frames
 (640x360) showing the current speaker's real portrait (skimage astronaut / matplotlib grace_hopper) at a
@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 import soundfile as sf  # noqa: E402
 
 from m3jax.perception import audio as A  # noqa: E402
-from competitors import require  # noqa: E402  # bench/competitors.py (bench/ leads sys.path)
+from bench.harness import best_time, machine, require, result_line  # noqa: E402
 
 VOICES = {"f3": ["-v", "en-us+f3"], "m3": ["-v", "en-gb+m3"]}
 LINES = [
@@ -81,15 +81,6 @@ def make_clip(seconds: float, face_fps: float, work: pathlib.Path, seed: int = 0
   return audio, frames, turns
 
 
-def best_time(fn, repeats: int) -> tuple[float, object]:
-  out, best = None, float("inf")
-  for _ in range(repeats):
-    t = time.perf_counter()
-    out = fn()
-    best = min(best, time.perf_counter() - t)
-  return best, out
-
-
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--seconds", type=float, default=30.0)
@@ -98,6 +89,7 @@ def main() -> None:
   parser.add_argument("--repeats", type=int, default=3)
   args = parser.parse_args()
   require({"torch": "torch", "transformers": "transformers", "resemblyzer": "resemblyzer"})  # competitors
+  print(machine(), flush=True)
 
   from m3jax.perception.faces import DlibFaceBackend, detect_faces
   from m3jax.perception.speech import segment_speech
@@ -146,10 +138,10 @@ def main() -> None:
   ge2e_ratio = bench_ge2e(encoder, seg_audio, args.repeats)
   nan = float("nan")
   asr = bench_whisper(transcriber, seg_audio, args.repeats) if transcriber is not None else {}
-  print(f"RESULT realtime_factor={rtf:.2f} ge2e_ratio={ge2e_ratio:.2f} "
-        f"whisper_ratio={asr.get('whisper_ratio', nan):.2f} "
-        f"whisper_encoder_ratio={asr.get('encoder_ratio', nan):.2f} whisper_ceiling={asr.get('ceiling', nan):.2f} "
-        f"load={os.getloadavg()[0]:.1f}")
+  print(result_line(realtime_factor=f"{rtf:.2f}", ge2e_ratio=f"{ge2e_ratio:.2f}",
+                    whisper_ratio=f"{asr.get('whisper_ratio', nan):.2f}",
+                    whisper_encoder_ratio=f"{asr.get('encoder_ratio', nan):.2f}",
+                    whisper_ceiling=f"{asr.get('ceiling', nan):.2f}", load=f"{os.getloadavg()[0]:.1f}"))
 
 
 def bench_ge2e(encoder, segments: list[np.ndarray], repeats: int) -> float:
@@ -177,7 +169,7 @@ def bench_ge2e(encoder, segments: list[np.ndarray], repeats: int) -> float:
 
 def bench_whisper(transcriber, segments: list[np.ndarray], repeats: int) -> dict[str, float]:
   """Greedy transcripts of all segments: m3jax Transcriber vs transformers generate (bench/whisper.py)."""
-  from whisper import compare_whisper  # bench/whisper.py: this script's folder is first on sys.path
+  from bench.whisper import compare_whisper
 
   r = compare_whisper(transcriber, segments, repeats)
   print(f"Whisper {r['segments']} segments: transformers {r['transformers_s']:.3f} s, m3jax {r['m3jax_s']:.3f} s, "

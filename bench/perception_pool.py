@@ -1,34 +1,22 @@
 """Builds (or grows) the perception pool `train.py rl` mixes with gold graphs, and measures its cost per episode.
 
-  python bench/perception_pool.py --seeds 0 8                       # train episodes 0..7, the demo's shape
-  python bench/perception_pool.py --seeds 0 8 --dir runs/perception_pool
+  python -m bench.perception_pool --seeds 0 8                       # train episodes 0..7, the demo's shape
+  python -m bench.perception_pool --seeds 0 8 --dir runs/perception_pool
 
 Each episode is rendered and memorized end to end (faces, voices, Whisper, the template writer) into its cached
 entry (`m3jax.memorize.perception_pool`); entries already built are reused, so re-running only adds the seeds not
 yet there. Final line: RESULT episodes=… built=… reused=… seconds_per_built_episode=… questions=… cpu=… load=…
 """
+
 from __future__ import annotations
 
 import argparse
 import os
-import pathlib
-import subprocess
-import sys
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-
-from m3jax.memorize.perception_pool import perceived_episodes  # noqa: E402
-from m3jax.data.questions import check_split  # noqa: E402
-
-
-def cpu() -> str:
-  try:
-    out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    name = next(l.split(":", 1)[1].strip() for l in out.splitlines() if l.startswith("Model name"))
-  except (OSError, StopIteration):
-    name = "unknown"
-  return f"{name} x{os.cpu_count()}"
+from m3jax.memorize.perception_pool import perceived_episodes
+from m3jax.data.questions import check_split
+from bench.harness import cpu_model, machine, result_line
 
 
 def main() -> None:
@@ -38,13 +26,15 @@ def main() -> None:
   args = ap.parse_args()
   seeds = range(*args.seeds)
   check_split(seeds, "train")
+  print(machine(), flush=True)
   t0 = time.perf_counter()
   _, records, _, stats = perceived_episodes(args.dir, seeds)
   built = [s for s in stats if not s["cached"]]
   per = sum(s["build_seconds"] for s in built) / len(built) if built else float("nan")
-  print(f"RESULT episodes={len(stats)} built={len(built)} reused={len(stats) - len(built)} "
-        f"seconds_per_built_episode={per:.1f} questions={len(records)} wall_s={time.perf_counter() - t0:.1f} "
-        f"cpu={cpu()!r} load={open('/proc/loadavg').read().split()[0]}")
+  print(result_line(episodes=len(stats), built=len(built), reused=len(stats) - len(built),
+                    seconds_per_built_episode=f"{per:.1f}", questions=len(records),
+                    wall_s=f"{time.perf_counter() - t0:.1f}", cpu=f"{cpu_model()} x{os.cpu_count()}",
+                    load=f"{os.getloadavg()[0]:.2f}"))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Retrieval benchmark: m3jax memory search vs a per-query Python/numpy port of the reference, side by side.
 
-  python bench/retrieval.py [--n-large 1000000] [--questions 256]
+  python -m bench.retrieval [--n-large 1000000] [--questions 256]
 
 (1) 256 questions over the medium fixture graph: the reference algorithm per query (a) re-loading the pickle,
     truncating and refreshing characters for every search as the reference control loop does, (b) with the
@@ -19,7 +19,6 @@ import argparse
 import copy
 import gc
 import pathlib
-import sys
 import time
 
 import numpy as np
@@ -30,12 +29,10 @@ from m3jax.memory.graph import EPISODIC, FACE, FLAG_SEMANTIC, SEMANTIC
 from m3jax.memory.index import ScannIndex
 from m3jax.memory.store import from_columns
 from m3jax.memory.reference_pickle import load_reference_pickle
+from tests import reference_search as rs  # the reference oracle
+from bench.harness import machine, result_line
 
 TESTS = pathlib.Path(__file__).resolve().parents[1] / "tests"
-sys.path.insert(0, str(TESTS))              # the reference oracle, tests/reference_search.py
-
-import reference_search as rs  # noqa: E402
-
 FIX = TESTS / "fixtures" / "official_graphs"
 
 
@@ -224,6 +221,7 @@ def main() -> None:
   ap.add_argument("--n-large", type=int, default=1_000_000)
   ap.add_argument("--n-queries", type=int, default=200)
   args = ap.parse_args()
+  print(machine(), flush=True)
   reload_ratio, inmemory_ratio = bench_medium(args.questions)
 
   rng = np.random.default_rng(0)
@@ -255,8 +253,9 @@ def main() -> None:
   print(f"[insert] one clip (p20 / median): {c_big[0] * 1e3:.2f} / {c_big[1] * 1e3:.2f} ms into {big.num_text} "
         f"texts, {c_small[0] * 1e3:.2f} / {c_small[1] * 1e3:.2f} ms into {small.num_text}; ScaNN upsert of the "
         f"clip's 30 rows into the {n_db}-row index {t_upsert * 1e3:.1f} ms")
-  print(f"RESULT reload_ratio={reload_ratio:.1f} inmemory_ratio={inmemory_ratio:.1f} scann_recall10={recall:.4f} "
-        f"scann_speedup={speedup:.1f} insert_cost_1m_over_1k={c_big[0] / c_small[0]:.2f}")
+  print(result_line(reload_ratio=f"{reload_ratio:.1f}", inmemory_ratio=f"{inmemory_ratio:.1f}",
+                    scann_recall10=f"{recall:.4f}", scann_speedup=f"{speedup:.1f}",
+                    insert_cost_1m_over_1k=f"{c_big[0] / c_small[0]:.2f}"))
 
 
 if __name__ == "__main__":

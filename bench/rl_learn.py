@@ -1,6 +1,6 @@
 """Does DAPO teach the shipped controller? Held-out accuracy of SmolLM2-135M-Instruct before and after RL.
 
-  python bench/rl_learn.py [--minutes 120] [--steps 200] [--eval-every 5] [--out runs/rl_learn] [--set k=v ...]
+  python -m bench.rl_learn [--minutes 120] [--steps 200] [--eval-every 5] [--out runs/rl_learn] [--set k=v ...]
 
 The task is the generated memory-QA task of `train.py rl` (episode graphs with known answers, the reference's
 5-round [Search]/[Answer] protocol over `search_clip`/`search_node`); training and held-out graphs come from
@@ -23,18 +23,15 @@ import argparse
 import dataclasses
 import json
 import pathlib
-import sys
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from m3jax.config import apply_overrides  # noqa: E402
-from m3jax.host_memory import retain_freed_memory  # noqa: E402
-from m3jax.rl.dynamic_sampling import DynamicSamplingConfig  # noqa: E402
-from m3jax.rl.learner import LearnerConfig, OptimConfig  # noqa: E402
-from m3jax.rl.losses import LossConfig  # noqa: E402
-from m3jax.rl.program import RLConfig, RLProgram  # noqa: E402
+from m3jax.config import apply_overrides
+from m3jax.host_memory import retain_freed_memory
+from m3jax.rl.dynamic_sampling import DynamicSamplingConfig
+from m3jax.rl.learner import LearnerConfig, OptimConfig
+from m3jax.rl.losses import LossConfig
+from m3jax.rl.program import RLConfig, RLProgram
+from bench.harness import machine, result_line
 
 
 def cpu_config(out: str) -> RLConfig:
@@ -79,6 +76,7 @@ def main() -> None:
                  help="skip the prompted baseline (0/32 on every run so far; ~8 min of rambling on 2 cores)")
   args = p.parse_args()
   retain_freed_memory()  # as train.py does
+  print(machine(), flush=True)
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
   cfg = apply_overrides(cpu_config(str(out)), args.overrides)
@@ -118,8 +116,8 @@ def main() -> None:
   (out / "curve.json").write_text(json.dumps({"prompted": prompted, "curve": curve,
                                               "config": dataclasses.asdict(cfg)}, default=str))
   before, after = curve[0][1], curve[-1][1]
-  print(f"RESULT acc_prompted={prompted:.3f} acc_before={before:.3f} acc_after={after:.3f} gain={after - before:+.3f} "
-        f"steps={step} minutes={minutes:.1f}")
+  print(result_line(acc_prompted=f"{prompted:.3f}", acc_before=f"{before:.3f}", acc_after=f"{after:.3f}",
+                    gain=f"{after - before:+.3f}", steps=step, minutes=f"{minutes:.1f}"))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """DAPO train-step throughput: m3jax `Learner.update` vs google-tunix 0.1.7's DAPO policy loss in a jitted step.
 
-  python bench/rl_step.py [--size small|tiny] [--seqs 16] [--prompt 32] [--completion 32] [--reps 8]
+  python -m bench.rl_step [--size small|tiny] [--seqs 16] [--prompt 32] [--completion 32] [--reps 8]
 
 Same Qwen3-shaped model (qk-norm, GQA, tied embeddings), same batch, lengths, loss (clip-higher 0.2/0.28,
 token-mean, no KL), optimizer (AdamW) and one optimizer step per call on both sides. tunix is driven by its own
@@ -9,7 +9,7 @@ registered DAPO/GRPO loss (`function_registry.get_policy_loss_fn("grpo")`, the l
 clipping and the non-finite check. Both steps alternate (noise on a shared CPU hits both alike); the median
 over `--reps` is reported after two warm-up calls each. Tokens/s counts padded tokens N·(P+C) (rows are full).
 google-tunix is not an m3jax dependency: `bench/setup` installs it (pinned) into bench/.venv-bench, so run this as
-`bench/.venv-bench/bin/python bench/rl_step.py`; without it the script says so in one line.
+`bench/.venv-bench/bin/python -m bench.rl_step`; without it the script says so in one line.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import optax
 from flax import nnx
 
 from m3jax.host_memory import retain_freed_memory
-from competitors import require  # bench/competitors.py (bench/ leads sys.path)
+from bench.harness import machine, require, result_line
 
 SIZES = {  # tunix's CPU-notes configurations
     "tiny": dict(num_layers=2, embed=128, hidden=256, heads=4, head_dim=32, kv_heads=2, vocab=512),
@@ -104,6 +104,7 @@ def main() -> None:
   ap.add_argument("--reps", type=int, default=8)
   args = ap.parse_args()
   require({"tunix": "google-tunix"})  # the competitor's packages (bench/setup)
+  print(machine(), flush=True)
   retain_freed_memory()  # process-wide: tunix (also XLA:CPU) runs under it too
   size, n, p, c = SIZES[args.size], args.seqs, args.prompt, args.completion
   runs = {"tunix": tunix_step_fn(size, 1e-5, n, p, c, 0), "m3jax": m3jax_step_fn(size, 1e-5, n, p, c, 0)}
@@ -120,8 +121,8 @@ def main() -> None:
   med = {k: statistics.median(v) for k, v in times.items()}
   for k, v in med.items():
     print(f"{k:6s} step {v * 1e3:8.1f} ms  {tokens / v:10.0f} tok/s  (all: {[round(x * 1e3) for x in times[k]]})")
-  print(f"RESULT rl_step_ratio={med['tunix'] / med['m3jax']:.3f} m3jax_tok_s={tokens / med['m3jax']:.0f} "
-        f"tunix_tok_s={tokens / med['tunix']:.0f} size={args.size} seqs={n} len={p}+{c}")
+  print(result_line(rl_step_ratio=f"{med['tunix'] / med['m3jax']:.3f}", m3jax_tok_s=f"{tokens / med['m3jax']:.0f}",
+                    tunix_tok_s=f"{tokens / med['tunix']:.0f}", size=args.size, seqs=n, len=f"{p}+{c}"))
 
 
 if __name__ == "__main__":

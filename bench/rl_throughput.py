@@ -1,6 +1,6 @@
 """DAPO wall clock: steps and kept trajectories per hour, and where a step's time goes.
 
-  python bench/rl_throughput.py [--steps 2] [--out runs/rl_throughput] [--set k=v ...]
+  python -m bench.rl_throughput [--steps 2] [--out runs/rl_throughput] [--set k=v ...]
 
 The shipped controller's training setup (configs/rl_controller.py: SmolLM2-135M-Instruct, rank-8 LoRA, MiniLM
 retrieval, the 5-round protocol, 48-token turns, sampling T=0.6 / top-p 0.95 / top-k 20, token-mean DAPO loss with
@@ -42,28 +42,25 @@ import dataclasses
 import os
 import pathlib
 import statistics
-import sys
 import time
 
 import jax
 import jax.numpy as jnp
 
-ROOT = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(1, str(ROOT.parent))
+from m3jax.control.answer import SHIPPED_CONTROLLER
+from m3jax.config import apply_overrides, load_config
+from m3jax.host_memory import retain_freed_memory
+from m3jax.rl.dynamic_sampling import DynamicSamplingConfig
+from m3jax.rl.flops import decode_weight_bytes, rollout_flops
+from m3jax.rl.program import RLConfig, RLProgram
+from bench.harness import best_time, cpu_model, machine, result_line
+from bench.learner_flops import matmul_runs
 
-from competitors import cpu_model  # noqa: E402  (bench/ leads sys.path)
-from learner_flops import matmul_runs  # noqa: E402
-from m3jax.control.answer import SHIPPED_CONTROLLER  # noqa: E402
-from m3jax.config import apply_overrides, load_config  # noqa: E402
-from m3jax.host_memory import retain_freed_memory  # noqa: E402
-from m3jax.rl.dynamic_sampling import DynamicSamplingConfig  # noqa: E402
-from m3jax.rl.flops import decode_weight_bytes, rollout_flops  # noqa: E402
-from m3jax.rl.program import RLConfig, RLProgram  # noqa: E402
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def bench_config(out: str) -> RLConfig:
-  recipe = load_config(ROOT.parent / "configs" / "rl_controller.py")
+  recipe = load_config(ROOT / "configs" / "rl_controller.py")
   return dataclasses.replace(recipe, init_adapter=str(SHIPPED_CONTROLLER), warm_start_steps=0, eval_every=0,
                              batch_questions=8, group_size=4, steps=1_000_000, out_dir=out,
                              sampling=DynamicSamplingConfig(enabled=True, max_rounds=2, carry_over=False))
@@ -74,18 +71,12 @@ def floors(weight_bytes: int, reps: int = 5) -> tuple[float, float]:
   `reps` each: what the FLOP-bound parts and the decode's weight reads could reach on this machine now."""
   def best(fn):
     fn()  # compile
-    return min(_timed(fn) for _ in range(reps))
+    return best_time(fn, reps)[0]
   rate = max(flops / best(run) for run, flops in matmul_runs(4, 512).values()) / 1e9
   x = jnp.ones((weight_bytes // 4,), jnp.float32)
   total = jax.jit(jnp.sum)
   read = weight_bytes / best(lambda: jax.block_until_ready(total(x))) / 1e9
   return rate, read
-
-
-def _timed(fn) -> float:
-  t0 = time.perf_counter()
-  fn()
-  return time.perf_counter() - t0
 
 
 def step_parts(m: dict, wall: float) -> dict[str, float]:
@@ -104,9 +95,7 @@ def main() -> None:
   ap.add_argument("--set", dest="overrides", action="append", default=[])
   args = ap.parse_args()
   retain_freed_memory()
-  cpu = cpu_model()
-  print(f"cpu: {cpu}, {os.cpu_count()} cores; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
-        flush=True)
+  print(machine(), flush=True)
   program = RLProgram(apply_overrides(bench_config(args.out), args.overrides))
   c, mcfg = program.cfg, program.model.cfg
   weight_bytes = decode_weight_bytes(mcfg)
@@ -142,20 +131,22 @@ def main() -> None:
   frac = lambda gflop, s: gflop / rate / s if s > 0 else float("nan")
   saved = program.prefill_tokens_saved / max(program.prefill_tokens + program.prefill_tokens_saved, 1)
   util = program.decode_tokens / max(program.decode_row_steps, 1)
-  secs = " ".join(f"{k}={mean[k]:.1f}" for k in ("prefill_s", "decode_s", "search_s", "judge_s", "rollout_rest_s"))
+  secs = {k: f"{mean[k]:.1f}" for k in ("prefill_s", "decode_s", "search_s", "judge_s", "rollout_rest_s")}
   print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-  print(f"RESULT dapo_steps_per_hour={3600 / statistics.median(walls):.2f} "
-        f"trajectories_kept_per_hour={3600 * sum(kept) / sum(walls):.1f} wall_s={statistics.fmean(walls):.1f} "
-        f"rollout_s={statistics.fmean(walls) - mean['learner_s'] - mean['other_s']:.1f} "
-        f"learner_s={mean['learner_s']:.1f} other_s={mean['other_s']:.1f} {secs} "
-        f"prefill_fresh_tokens={mean['prefill_fresh_tokens']:.0f} "
-        f"prefill_reused_tokens={mean['prefill_reused_tokens']:.0f} prefill_gflop={mean['prefill_gflop']:.1f} "
-        f"decode_gflop={mean['decode_gflop']:.1f} learner_gflop={mean['learner_gflop']:.1f} "
-        f"prefill_of_floor={frac(mean['prefill_gflop'], mean['prefill_s']):.3f} "
-        f"decode_of_floor={mean['decode_floor_s'] / mean['decode_s'] if mean['decode_s'] else float('nan'):.3f} "
-        f"learner_of_floor={frac(mean['learner_gflop'], mean['learner_s']):.3f} matmul_gflop_s={rate:.1f} "
-        f"read_gb_s={read:.1f} prefill_tokens_saved={saved:.3f} slot_utilisation={util:.3f} steps={args.steps} "
-        f"updates={sum(k > 0 for k in kept)} cpu={cpu.replace(' ', '_')}")
+  decode_of_floor = mean["decode_floor_s"] / mean["decode_s"] if mean["decode_s"] else float("nan")
+  print(result_line(
+      dapo_steps_per_hour=f"{3600 / statistics.median(walls):.2f}",
+      trajectories_kept_per_hour=f"{3600 * sum(kept) / sum(walls):.1f}", wall_s=f"{statistics.fmean(walls):.1f}",
+      rollout_s=f"{statistics.fmean(walls) - mean['learner_s'] - mean['other_s']:.1f}",
+      learner_s=f"{mean['learner_s']:.1f}", other_s=f"{mean['other_s']:.1f}", **secs,
+      prefill_fresh_tokens=f"{mean['prefill_fresh_tokens']:.0f}",
+      prefill_reused_tokens=f"{mean['prefill_reused_tokens']:.0f}", prefill_gflop=f"{mean['prefill_gflop']:.1f}",
+      decode_gflop=f"{mean['decode_gflop']:.1f}", learner_gflop=f"{mean['learner_gflop']:.1f}",
+      prefill_of_floor=f"{frac(mean['prefill_gflop'], mean['prefill_s']):.3f}",
+      decode_of_floor=f"{decode_of_floor:.3f}",
+      learner_of_floor=f"{frac(mean['learner_gflop'], mean['learner_s']):.3f}", matmul_gflop_s=f"{rate:.1f}",
+      read_gb_s=f"{read:.1f}", prefill_tokens_saved=f"{saved:.3f}", slot_utilisation=f"{util:.3f}",
+      steps=args.steps, updates=sum(k > 0 for k in kept), cpu=cpu_model().replace(" ", "_")))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Serving benchmark: questions/s and p50/p99 latency at concurrency 1, 8, 32, 64 against a local server.
 
-  python bench/serve.py [--clips 64] [--requests 256] [--rounds 3] [--embedder minilm]
+  python -m bench.serve [--clips 64] [--requests 256] [--rounds 3] [--embedder minilm]
 
 Two `serve.py` processes on 127.0.0.1 over copies of the same space (MiniLM embedder, retrieval answers, the
 embedder's shapes precompiled before timing): m3jax with dynamic batching (max_batch 64, max_wait 5 ms) and the
@@ -31,9 +31,10 @@ import time
 import httpx
 import numpy as np
 
+from m3jax.serve.auth import hash_key
+from bench.harness import machine, result_line
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from m3jax.serve.auth import hash_key  # noqa: E402
 
 KEY = "bench-key"
 HEADERS = {"X-API-Key": KEY}
@@ -187,7 +188,7 @@ def main() -> None:
   p.add_argument("--embedder", default="minilm")
   args = p.parse_args()
   tmp = pathlib.Path(tempfile.mkdtemp(prefix="m3jax_bench_serve_"))
-  load_start = os.getloadavg()
+  print(machine(), flush=True)
   results: dict = {}
   procs = []
   try:
@@ -225,11 +226,12 @@ def main() -> None:
     shutil.rmtree(tmp, ignore_errors=True)
   med = {k: {f: float(np.median([r[f] for r in v])) for f in v[0]} for k, v in results.items()}
   b, s1 = med[("batched", 64)], med[("single", 64)]
-  print(f"load average (1 min) {load_start[0]:.2f} at start, {os.getloadavg()[0]:.2f} at end, on {os.cpu_count()} CPUs")
-  print(f"RESULT ask_qps_c64={b['qps']:.1f} batching_gain={b['qps'] / s1['qps']:.2f} p99_ms_c64={b['p99']:.1f} "
-        f"mean_batch_c64={b['batch']:.1f} ask_qps_c1={med[('batched', 1)]['qps']:.1f} "
-        f"p50_ms_c1={med[('batched', 1)]['p50']:.1f} cpu_ms_per_q_c64={b['cpu_ms_q']:.2f} "
-        f"cpu_ms_per_q_batch1={s1['cpu_ms_q']:.2f} cpu_gain={s1['cpu_ms_q'] / b['cpu_ms_q']:.2f}")
+  print(f"load average (1 min) at end {os.getloadavg()[0]:.2f}")
+  print(result_line(ask_qps_c64=f"{b['qps']:.1f}", batching_gain=f"{b['qps'] / s1['qps']:.2f}",
+                    p99_ms_c64=f"{b['p99']:.1f}", mean_batch_c64=f"{b['batch']:.1f}",
+                    ask_qps_c1=f"{med['batched', 1]['qps']:.1f}", p50_ms_c1=f"{med['batched', 1]['p50']:.1f}",
+                    cpu_ms_per_q_c64=f"{b['cpu_ms_q']:.2f}", cpu_ms_per_q_batch1=f"{s1['cpu_ms_q']:.2f}",
+                    cpu_gain=f"{s1['cpu_ms_q'] / b['cpu_ms_q']:.2f}"))
 
 
 if __name__ == "__main__":

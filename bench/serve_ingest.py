@@ -1,6 +1,6 @@
 """Ingestion cost per clip over a long video: the memory service's video-space path, early clips vs late ones.
 
-  python bench/serve_ingest.py [--clips 96] [--embedder hashed|minilm]
+  python -m bench.serve_ingest [--clips 96] [--embedder hashed|minilm]
 
 A generated episode of `--clips` 30-s clips (96 = 48 minutes) is fed clip by clip as the perception stage
 would hand it over (no decoding, no perception models: those cost the same for every clip, whatever the clip
@@ -24,31 +24,23 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
-import subprocess
-import sys
 import tempfile
 import time
 
 import numpy as np
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from m3jax.memorize.pipeline import Memorizer  # noqa: E402
-from m3jax.memorize.observations import ClipMemories, ClipObservation  # noqa: E402
-from m3jax.data.episodes import EpisodeConfig, make_episode, render_gold  # noqa: E402
-from m3jax.memory.search import MemorySearcher  # noqa: E402
-from m3jax.memory.store import load_graph, save_graph  # noqa: E402
-from m3jax.serve.config import ServeConfig  # noqa: E402
-from m3jax.serve.spaces import SpaceStore  # noqa: E402
+from m3jax.memorize.pipeline import Memorizer
+from m3jax.memorize.observations import ClipMemories, ClipObservation
+from m3jax.data.episodes import EpisodeConfig, make_episode, render_gold
+from m3jax.memory.search import MemorySearcher
+from m3jax.memory.store import load_graph, save_graph
+from m3jax.serve.config import ServeConfig
+from m3jax.serve.spaces import SpaceStore
+from bench.harness import cpu_model, machine, result_line
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
   return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
-
-
-def cpu_model() -> str:
-  out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-  return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "?")
 
 
 def main() -> None:
@@ -56,6 +48,7 @@ def main() -> None:
   ap.add_argument("--clips", type=int, default=96)
   ap.add_argument("--embedder", choices=("hashed", "minilm"), default="hashed")
   args = ap.parse_args()
+  print(machine(), flush=True)
   cfg = ServeConfig(embedder=args.embedder, data_dir="")
   if args.embedder == "minilm":
     from m3jax.models.bert import TextEmbedder
@@ -120,12 +113,12 @@ def main() -> None:
     print(f"{name:>6} per clip: early median {np.median(x[early]):.1f} ms, late median {np.median(x[late]):.1f} ms, "
           f"mean {x.mean():.1f} ms, max {x.max():.1f} ms (clip {int(x.argmax())})")
   growth = lambda x: np.median(x[late]) / np.median(x[early])
-  print(f"RESULT clips={len(rows)} now_early_ms={np.median(now[early]):.1f} now_late_ms={np.median(now[late]):.1f} "
-        f"now_growth={growth(now):.2f} before_early_ms={np.median(before[early]):.1f} "
-        f"before_late_ms={np.median(before[late]):.1f} before_growth={growth(before):.2f} "
-        f"now_mean_ms={now.mean():.1f} before_mean_ms={before.mean():.1f} insert_median_ms={np.median(ms[:, 0]):.1f} "
-        f"cpu=\"{cpu_model()}\" "
-        f"load={os.getloadavg()[0]:.1f}")
+  print(result_line(clips=len(rows), now_early_ms=f"{np.median(now[early]):.1f}",
+                    now_late_ms=f"{np.median(now[late]):.1f}", now_growth=f"{growth(now):.2f}",
+                    before_early_ms=f"{np.median(before[early]):.1f}", before_late_ms=f"{np.median(before[late]):.1f}",
+                    before_growth=f"{growth(before):.2f}", now_mean_ms=f"{now.mean():.1f}",
+                    before_mean_ms=f"{before.mean():.1f}", insert_median_ms=f"{np.median(ms[:, 0]):.1f}",
+                    cpu=cpu_model(), load=f"{os.getloadavg()[0]:.1f}"))
 
 
 if __name__ == "__main__":

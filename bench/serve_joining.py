@@ -1,6 +1,6 @@
 """Serve's request-level joining against static batches: latency of the trained controller under a stream of questions.
 
-  python bench/serve_joining.py [--questions 32] [--gap 1.0] [--reps 3] [--slots 16]
+  python -m bench.serve_joining [--questions 32] [--gap 1.0] [--reps 3] [--slots 16]
 
 One process, the shipped controller (SmolLM2-135M + `controller.npz`, greedy, the protocol its adapter records)
 answering held-out questions over gold-memory graphs, each graph a serve space (`SpaceStore.import_graph`, MiniLM
@@ -20,29 +20,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import pathlib
-import sys
 import tempfile
 import threading
 import time
 
 import numpy as np
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from m3jax.data.memory_qa import heldout_questions, make_task  # noqa: E402
-from m3jax.eval.evaluate import make_embedder  # noqa: E402
-from m3jax.serve.answering import AskItem, ControllerAnswerer, SharedEmbedCache  # noqa: E402
-from m3jax.serve.batching import Batcher, JoiningBatcher  # noqa: E402
-from m3jax.serve.config import ServeConfig  # noqa: E402
-from m3jax.serve.spaces import SpaceStore  # noqa: E402
-
-
-def cpu_model() -> str:
-  for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-    if line.startswith("model name"):
-      return line.split(":", 1)[1].strip()
-  return "unknown"
+from m3jax.data.memory_qa import heldout_questions, make_task
+from m3jax.eval.evaluate import make_embedder
+from m3jax.serve.answering import AskItem, ControllerAnswerer, SharedEmbedCache
+from m3jax.serve.batching import Batcher, JoiningBatcher
+from m3jax.serve.config import ServeConfig
+from m3jax.serve.spaces import SpaceStore
+from bench.harness import cpu_model, machine, result_line
 
 
 def play(batcher, items: list[AskItem], arrivals: np.ndarray) -> tuple[list[float], list[dict], float]:
@@ -73,6 +63,7 @@ def main() -> None:
   ap.add_argument("--slots", type=int, default=16)
   ap.add_argument("--seed", type=int, default=0)
   args = ap.parse_args()
+  print(machine(), flush=True)
 
   embed = make_embedder("minilm")
   dim = int(np.asarray(embed(["x"])).shape[-1])
@@ -106,11 +97,11 @@ def main() -> None:
     store.close()
   med = {m: np.median(np.array(r), axis=0) for m, r in results.items()}
   same = answers["static"] == answers["joining"]
-  print(f"RESULT mean_latency_static_s={med['static'][0]:.2f} mean_latency_joining_s={med['joining'][0]:.2f} "
-        f"latency_gain={med['static'][0] / med['joining'][0]:.2f} p95_static_s={med['static'][1]:.2f} "
-        f"p95_joining_s={med['joining'][1]:.2f} makespan_static_s={med['static'][2]:.1f} "
-        f"makespan_joining_s={med['joining'][2]:.1f} same_answers={same} questions={len(items)} gap_s={args.gap} "
-        f"slots={args.slots} cpu=\"{cpu_model()}\" load={os.getloadavg()[0]:.1f}")
+  print(result_line(mean_latency_static_s=f"{med['static'][0]:.2f}", mean_latency_joining_s=f"{med['joining'][0]:.2f}",
+                    latency_gain=f"{med['static'][0] / med['joining'][0]:.2f}", p95_static_s=f"{med['static'][1]:.2f}",
+                    p95_joining_s=f"{med['joining'][1]:.2f}", makespan_static_s=f"{med['static'][2]:.1f}",
+                    makespan_joining_s=f"{med['joining'][2]:.1f}", same_answers=same, questions=len(items),
+                    gap_s=args.gap, slots=args.slots, cpu=cpu_model(), load=f"{os.getloadavg()[0]:.1f}"))
 
 
 if __name__ == "__main__":

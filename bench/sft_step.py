@@ -2,7 +2,7 @@
 `Qwen2_5OmniThinkerForConditionalGeneration`, same tiny config, same weights, same batch (video + audio-in-video +
 face image + text, loss on the target tokens only).
 
-  python bench/sft_step.py [--steps 5] [--batch 2] [--hidden 64] [--layers 2] [--attention-chunk 128]
+  python -m bench.sft_step [--steps 5] [--batch 2] [--hidden 64] [--layers 2] [--attention-chunk 128]
 
 Both are timed after a warm-up step (compilation excluded), interleaved, first under glibc's default allocator
 settings and then under m3jax.host_memory's (the ratio takes each side's faster phase); tokens = real (unpadded)
@@ -19,7 +19,8 @@ import time
 
 import jax
 import numpy as np
-from competitors import require  # bench/competitors.py (bench/ leads sys.path)
+
+from bench.harness import machine, require, result_line
 
 
 def _example(i: int):
@@ -67,6 +68,7 @@ def main() -> None:
   ap.add_argument("--attention-chunk", type=int, default=128)
   args = ap.parse_args()
   require({"torch": "torch", "transformers": "transformers"})  # the competitor's packages (bench/setup)
+  print(machine(), flush=True)
   jax.config.update("jax_default_matmul_precision", "highest")
   import torch
   from flax import nnx
@@ -153,10 +155,10 @@ def main() -> None:
     print(f"allocator={name}: m3jax {tps['m3jax']:.1f} tok/s, torch {tps['torch']:.1f} tok/s")
   best = {k: max(phases, key=lambda p: phases[p][k]) for k in ("m3jax", "torch")}
   tps = {k: phases[best[k]][k] for k in best}
-  print(f"RESULT sft_step_ratio={tps['m3jax'] / tps['torch']:.2f} m3jax_tok_s={tps['m3jax']:.1f} "
-        f"torch_tok_s={tps['torch']:.1f} m3jax_allocator={best['m3jax']} torch_allocator={best['torch']} "
-        f"tokens_per_step={tokens} steps={args.steps} attention_chunk={args.attention_chunk} "
-        f"load={os.getloadavg()[0]:.1f}")
+  print(result_line(sft_step_ratio=f"{tps['m3jax'] / tps['torch']:.2f}", m3jax_tok_s=f"{tps['m3jax']:.1f}",
+                    torch_tok_s=f"{tps['torch']:.1f}", m3jax_allocator=best['m3jax'], torch_allocator=best['torch'],
+                    tokens_per_step=tokens, steps=args.steps, attention_chunk=args.attention_chunk,
+                    load=f"{os.getloadavg()[0]:.1f}"))
 
 
 if __name__ == "__main__":

@@ -1,11 +1,11 @@
 """m3jax Whisper vs transformers Whisper (PyTorch): greedy transcription throughput on the same espeak batch.
 
-  python bench/whisper.py [--segments 8] [--repeats 2]
+  python -m bench.whisper [--segments 8] [--repeats 2]
 
 Both sides get the shipped tiny.en weights (CTranslate2 file; the PyTorch model is built from the same tensors),
 the same ~8 espeak-ng segments (16 kHz via sox), the same prompt and greedy decoding, and the same CPU thread
 count (torch.set_num_threads = the CPUs this process may run on; XLA's CPU client uses the same, so
-`taskset -c 0 python bench/whisper.py` compares both on one core). Each side is timed end to end
+`taskset -c 0 python -m bench.whisper` compares both on one core). Each side is timed end to end
 (audio → text, front end included) after one warm-up run; runs alternate and the best of `repeats` counts.
 Process CPU seconds (all threads) of the best run are reported too, and the 1-minute load average at the end:
 on a shared machine wall times move with other work.
@@ -16,7 +16,7 @@ end-to-end runs: `encoder_ratio` compares them, and `ceiling` = transformers end
 seconds is the whole-run ratio m3jax would reach if its decoding took no time at all. Final line:
 `RESULT whisper_ratio=<transformers seconds / m3jax seconds> ... encoder_ratio=... ceiling=... cpu_ratio=... load=...`.
 
-  python bench/whisper.py --wer 40 [--models tiny.en,base,small] [--no-ct2]
+  python -m bench.whisper --wer 40 [--models tiny.en,base,small] [--no-ct2]
 
 Which model hears the generated episodes best, and at what cost. The first N utterances of held-out episodes (dev
 split, seeds from 1,000,000; 3-4 utterances per 30-s clip) are synthesised alone with the episode's espeak-ng voices
@@ -47,7 +47,8 @@ import time
 
 import numpy as np
 import soundfile as sf
-from competitors import require  # bench/competitors.py (bench/ leads sys.path)
+
+from bench.harness import machine, require, result_line
 
 VOICES = ["en-us", "en-gb+m3", "en-us+f2", "en-us+m1", "en-gb-scotland+f5", "en-us+klatt", "en-gb+f3", "en-us+m7"]
 SENTENCES = [
@@ -241,7 +242,6 @@ def run_wer_bench(n_clips: int, models: list[str], compete: bool, memorize: bool
   import jax
   from tokenizers import Tokenizer
 
-  from competitors import cpu_model
   from m3jax.data.episode_render import render_episode, synthesize_speech
   from m3jax.data.episodes import EpisodeConfig, make_episode
   from m3jax.eval.stats import rate_bootstrap
@@ -249,7 +249,7 @@ def run_wer_bench(n_clips: int, models: list[str], compete: bool, memorize: bool
   from m3jax.perception.asr import Transcriber
   from m3jax.perception.asr_models import DEFAULT_ASR
 
-  print(f"cpu: {cpu_model()}, {len(os.sched_getaffinity(0))} cores, load {os.getloadavg()[0]:.1f}")
+  print(machine(), flush=True)
   utts = episode_utterances(n_clips)
   refs = [t for t, _, _ in utts]
   waves = [synthesize_speech(t, v, p, 16000) for t, v, p in utts]
@@ -328,8 +328,7 @@ def run_wer_bench(n_clips: int, models: list[str], compete: bool, memorize: bool
   pick = min(fast, key=lambda m: (errors[m], -rtf[m])) if fast else DEFAULT_ASR  # a tie goes to the faster
   print(f"rule: the lowest WER among models memorizing at >= 2x real time per CPU second (a lower bound for 2 idle "
         f"cores) -> {pick} (shipped default {DEFAULT_ASR})")
-  print("RESULT " + " ".join(f"{k}={v}" for k, v in result.items())
-        + f" default_by_rule={pick} clips={len(waves)} load={os.getloadavg()[0]:.1f}")
+  print(result_line(**result, default_by_rule=pick, clips=len(waves), load=f"{os.getloadavg()[0]:.1f}"))
 
 
 def main() -> None:
@@ -349,16 +348,17 @@ def main() -> None:
       require({"ctranslate2": "ctranslate2"})
     return run_wer_bench(args.wer, args.models.split(","), compete, not args.no_memorize)
   require({"torch": "torch", "transformers": "transformers"})  # the competitor's packages (bench/setup)
+  print(machine(), flush=True)
   r = run_whisper_bench(args.segments, args.repeats)
   print(f"m3jax {r['m3jax_s']:.2f}s (cpu {r['m3jax_cpu_s']:.2f}s)  transformers {r['transformers_s']:.2f}s "
         f"(cpu {r['transformers_cpu_s']:.2f}s)  for {r['segments']} segments ({r['audio_s']:.1f}s of audio); "
         f"identical transcripts {r['same_text']}/{r['segments']}")
   print(f"before the first decoder token (front end, encoder, cross K/V): m3jax {r['m3jax_encoder_s']:.2f}s, "
         f"transformers {r['transformers_encoder_s']:.2f}s")
-  print(f"RESULT whisper_ratio={r['whisper_ratio']:.2f} m3jax_s={r['m3jax_s']:.2f} "
-        f"transformers_s={r['transformers_s']:.2f} same_text={r['same_text']}/{r['segments']} "
-        f"encoder_ratio={r['encoder_ratio']:.2f} ceiling={r['ceiling']:.2f} "
-        f"cpu_ratio={r['cpu_ratio']:.2f} load={r['load']:.1f}")
+  print(result_line(whisper_ratio=f"{r['whisper_ratio']:.2f}", m3jax_s=f"{r['m3jax_s']:.2f}",
+                    transformers_s=f"{r['transformers_s']:.2f}", same_text=f"{r['same_text']}/{r['segments']}",
+                    encoder_ratio=f"{r['encoder_ratio']:.2f}", ceiling=f"{r['ceiling']:.2f}",
+                    cpu_ratio=f"{r['cpu_ratio']:.2f}", load=f"{r['load']:.1f}"))
 
 
 if __name__ == "__main__":

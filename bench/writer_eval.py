@@ -1,10 +1,10 @@
 """Memory writers on held-out episodes: gold-fact recall, precision, hallucinations, and QA over their memories.
 
-  python bench/writer_eval.py                                   # 10 held-out episodes: template, untrained llm
-  python bench/writer_eval.py --adapter runs/sft_writer/writer.npz # + the trained writer
-  python bench/writer_eval.py --episodes 2 --writers template,trained --adapter FILE  # what fits a busy CPU
-  python bench/writer_eval.py --writers template,ceiling --answerer rules        # what an honest writer can reach
-  python bench/writer_eval.py --split test --writers template,trained --adapter m3jax/data/writer/writer.npz
+  python -m bench.writer_eval                                   # 10 held-out episodes: template, untrained llm
+  python -m bench.writer_eval --adapter runs/sft_writer/writer.npz # + the trained writer
+  python -m bench.writer_eval --episodes 2 --writers template,trained --adapter FILE  # what fits a busy CPU
+  python -m bench.writer_eval --writers template,ceiling --answerer rules        # what an honest writer can reach
+  python -m bench.writer_eval --split test --writers template,trained --adapter m3jax/data/writer/writer.npz
 
 Each evaluated episode (`--split dev`: seeds from 1_000_000, never trained on but used for choices; `--split test`:
 seeds from 2_000_000 with the test phrasings, touched only by final evaluations) is rendered and perceived for real once (faces,
@@ -42,25 +42,23 @@ import dataclasses
 import importlib.util
 import json
 import pathlib
-import sys
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-
-from m3jax.control.answer import episode_questions  # noqa: E402
-from m3jax.eval.demo import ANSWERERS, make_answerer, qa_verdicts  # noqa: E402
-from m3jax.eval.scoring import utterance_spans  # noqa: E402
-from m3jax.memorize.pipeline import default_graph_config  # noqa: E402
-from m3jax.memorize.observations import ClipMemories  # noqa: E402
-from m3jax.memorize.perceive import PerceptionModels  # noqa: E402
-from m3jax.memorize.writers import (CONTRACT_KEYS, LLMWriter, TemplateWriter, WriterOutputError,  # noqa: E402
+from m3jax.control.answer import episode_questions
+from m3jax.eval.demo import ANSWERERS, make_answerer, qa_verdicts
+from m3jax.eval.scoring import utterance_spans
+from m3jax.memorize.pipeline import default_graph_config
+from m3jax.memorize.observations import ClipMemories
+from m3jax.memorize.perceive import PerceptionModels
+from m3jax.memorize.writers import (CONTRACT_KEYS, LLMWriter, TemplateWriter, WriterOutputError,
                                  parse_writer_output, read_adapter_card, writer_chat)
-from m3jax.data.episodes import make_episode  # noqa: E402
-from m3jax.data.questions import HELDOUT_SEED_START, TEST_SEED_START  # noqa: E402
-from m3jax.eval.stats import accuracy_interval, paired_bootstrap  # noqa: E402
-from m3jax.memory.graph import MemoryGraph  # noqa: E402
-from m3jax.sft.writer_data import clip_target, perceive_episode  # noqa: E402
-from m3jax.sft.writer_metrics import ClipPeople, WriterScore, replay_graph, score_clip  # noqa: E402
+from m3jax.data.episodes import make_episode
+from m3jax.data.questions import HELDOUT_SEED_START, TEST_SEED_START
+from m3jax.eval.stats import accuracy_interval, paired_bootstrap
+from m3jax.memory.graph import MemoryGraph
+from m3jax.sft.writer_data import clip_target, perceive_episode
+from m3jax.sft.writer_metrics import ClipPeople, WriterScore, replay_graph, score_clip
+from bench.harness import machine, result_line
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 WRITERS = ("template", "llm", "trained", "ceiling")
@@ -147,6 +145,7 @@ def main() -> None:
   writers = args.writers.split(",") if args.writers else ["template", "llm"] + (["trained"] if args.adapter else [])
   if any(w not in WRITERS for w in writers) or ("trained" in writers and not args.adapter):
     ap.error(f"--writers {args.writers!r}: choose from {','.join(WRITERS)} (trained needs --adapter)")
+  print(machine(), flush=True)
   base = _recipe_episode()
   models: list[PerceptionModels] = []
 
@@ -226,18 +225,20 @@ def main() -> None:
   def recall(w):
     return fmt(w, scores[w].recall if w in scores else 0)
   tr = scores.get("trained")
-  print(f"RESULT recall_trained={recall('trained')} recall_template={recall('template')} "
-        f"precision_trained={fmt('trained', tr.precision if tr else 0)} "
-        f"hallucinated_per_clip={fmt('trained', tr.hallucinated_per_clip if tr else 0)} "
-        f"qa_trained_writer={fmt('trained', acc.get('trained', 0))} "
-        f"qa_template_writer={fmt('template', acc.get('template', 0))} "
-        f"recall_llm={recall('llm')} recall_ceiling={recall('ceiling')} "
-        f"qa_ceiling_writer={fmt('ceiling', acc.get('ceiling', 0))} episodes={args.episodes} "
-        f"qa_answerer={args.answerer} n={len(questions)} "
-        + " ".join(f"qa_{w}_lo={qa[w, 'strict'][1]:.3f} qa_{w}_hi={qa[w, 'strict'][2]:.3f} "
-                   f"qa_{w}_contains={qa[w, 'contains'][0]:.3f} fallbacks_{w}={fallbacks[w]}" for w in writers)
-        + "".join(f" diff_{w}={d[0]:.3f} diff_{w}_lo={d[1]:.3f} diff_{w}_hi={d[2]:.3f}" for w, d in diffs.items())
-        + f" split={args.split} judge=strict")
+  fields = {"recall_trained": recall("trained"), "recall_template": recall("template"),
+            "precision_trained": fmt("trained", tr.precision if tr else 0),
+            "hallucinated_per_clip": fmt("trained", tr.hallucinated_per_clip if tr else 0),
+            "qa_trained_writer": fmt("trained", acc.get("trained", 0)),
+            "qa_template_writer": fmt("template", acc.get("template", 0)),
+            "recall_llm": recall("llm"), "recall_ceiling": recall("ceiling"),
+            "qa_ceiling_writer": fmt("ceiling", acc.get("ceiling", 0)), "episodes": args.episodes,
+            "qa_answerer": args.answerer, "n": len(questions)}
+  for w in writers:
+    fields.update({f"qa_{w}_lo": f"{qa[w, 'strict'][1]:.3f}", f"qa_{w}_hi": f"{qa[w, 'strict'][2]:.3f}",
+                   f"qa_{w}_contains": f"{qa[w, 'contains'][0]:.3f}", f"fallbacks_{w}": fallbacks[w]})
+  for w, d in diffs.items():
+    fields.update({f"diff_{w}": f"{d[0]:.3f}", f"diff_{w}_lo": f"{d[1]:.3f}", f"diff_{w}_hi": f"{d[2]:.3f}"})
+  print(result_line(**fields, split=args.split, judge="strict"))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ faces, voices, Whisper) paired with the episodes' gold memories (m3jax.sft.write
 runs/sft_writer/writer.npz:
 
   m3jax memorize VIDEO --memory DIR --writer llm --writer-adapter runs/sft_writer/writer.npz
-  python bench/writer_eval.py --adapter runs/sft_writer/writer.npz
+  python -m bench.writer_eval --adapter runs/sft_writer/writer.npz
 
 Re-running the same command resumes from the last checkpoint in out_dir.
 """

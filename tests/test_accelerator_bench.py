@@ -4,7 +4,6 @@ The tiny run is what makes the benchmark work the first time an accelerator is l
 SFT step, RL learner step, omni memorization) goes through the same m3jax classes as the full shapes.
 """
 
-import importlib.util
 import math
 import os
 import pathlib
@@ -14,23 +13,15 @@ import sys
 import jax
 from flax import nnx
 
+from bench import accelerator as bench
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-BENCH = ROOT / "bench" / "accelerator.py"
-
-
-def _bench():
-  spec = importlib.util.spec_from_file_location("accelerator_bench", BENCH)
-  mod = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = mod  # its dataclasses resolve their string annotations through it
-  spec.loader.exec_module(mod)
-  return mod
 
 
 def test_flop_count_covers_every_matmul_weight_of_the_qwen3_shapes():
   """`matmul_weights` (the MFU numerator's 6N) = the Decoder's parameters less its norm scales, and the
   non-embedding part is Qwen3's published 0.44B / 1.4B."""
   from m3jax.models.decoder import Decoder
-  bench = _bench()
   for name, published in (("qwen3-0.6b", 0.44e9), ("qwen3-1.7b", 1.4e9)):
     cfg = bench.qwen3(name, tiny=False)
     state = nnx.state(nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(0))))
@@ -47,8 +38,8 @@ def test_flop_count_covers_every_matmul_weight_of_the_qwen3_shapes():
 
 def test_tiny_run_reports_every_section():
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one CPU device, as a plain host
-  proc = subprocess.run([sys.executable, str(BENCH), "--tiny"], cwd=ROOT, env=env, capture_output=True, text=True,
-                        timeout=900)
+  proc = subprocess.run([sys.executable, "-m", "bench.accelerator", "--tiny"], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=900)
   assert proc.returncode == 0, proc.stderr[-3000:]
   last = proc.stdout.strip().splitlines()[-1]
   assert last.startswith("RESULT "), proc.stdout[-3000:]

@@ -1,22 +1,16 @@
 """bench/controller_eval.py's scoring and RESULT line on constructed answers (no model runs)."""
 
-import importlib.util
-import pathlib
 import re
 
 import pytest
 
 from m3jax.data.memory_qa import QARecord
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-
 
 @pytest.fixture(scope="module")
 def bench():
-  spec = importlib.util.spec_from_file_location("controller_eval", ROOT / "bench" / "controller_eval.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  from bench import controller_eval
+  return controller_eval
 
 
 def _records():

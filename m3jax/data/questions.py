@@ -231,7 +231,7 @@ def check_split(seeds: Sequence[int], split: str) -> None:
   wrong = [int(s) for s in seeds if split_of(s) != want]
   if wrong:
     test = [s for s in wrong if split_of(s) == "test"]
-    why = (f"; test seeds (>= {TEST_SEED_START:,}) are only for the final evaluation (bench/controller_eval.py "
+    why = (f"; test seeds (>= {TEST_SEED_START:,}) are only for the final evaluation (python -m bench.controller_eval "
            f"--split test) and the demo, never for training, training curves or choices" if test else "")
     raise ValueError(f"seeds {wrong[:5]} are not {split} seeds (train < {HELDOUT_SEED_START:,} <= dev < "
                      f"{TEST_SEED_START:,} <= test){why}")
@@ -242,7 +242,7 @@ def refuse_test_seeds(seeds: Sequence[int], what: str) -> None:
   test = [int(s) for s in seeds if split_of(s) == "test"]
   if test:
     raise ValueError(f"{what}: seeds {test[:5]} are test seeds (>= {TEST_SEED_START:,}), only for the final "
-                     "evaluation (bench/controller_eval.py --split test) and the demo")
+                     "evaluation (python -m bench.controller_eval --split test) and the demo")
 
 
 def phrasing_pool(family: str, split: str) -> tuple[int, ...]:

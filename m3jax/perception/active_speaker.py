@@ -42,10 +42,11 @@ import numpy as np
 
 @dataclasses.dataclass(frozen=True)
 class ActiveSpeakerConfig:
-  # The least correlation of a confident pair. Chosen on dev seeds (bench/active_speaker.py --seed0 1000000 --still
-  # --sweep, 11 2-face + 6 3-face talking clips and their still renderings): speaking faces scored 0.65-0.96, every
-  # other (face, voice) pair -0.33-0.17, talking or still. 0.5 sits 3x above the highest wrong score and 0.15 below
-  # the lowest right one: precision first (a wrong equivalence merges two people), recall still whole on dev.
+  # The least correlation of a confident pair. Chosen on dev seeds (python -m bench.active_speaker --seed0 1000000
+  # --still --sweep, 11 2-face + 6 3-face talking clips and their still renderings): speaking faces scored
+  # 0.65-0.96, every other (face, voice) pair -0.33-0.17, talking or still. 0.5 sits 3x above the highest wrong
+  # score and 0.15 below the lowest right one: precision first (a wrong equivalence merges two people), recall
+  # still whole on dev.
   threshold: float = 0.5
   margin: float = 0.2  # by how much the best face must beat every other face for that voice (dev: right pairs >= 0.68)
   max_shift: int = 3  # px searched each way to cancel head motion between consecutive frames

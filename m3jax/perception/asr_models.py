@@ -24,9 +24,9 @@ from m3jax.models.weights.split_packages import Part, join_parts, part_path
 
 ASR_MODELS = ("tiny.en", "base", "small")
 # The default (`memorize.asr`): the lowest word error rate on the generated episodes' speech among the models that
-# still memorize at >= 2x real time on 2 cores, a tie to the faster (bench/whisper.py --wer; README, ASR). base has
-# fewer word errors on 96 utterances but no interval yet, and its memories are unmeasured end to end, so tiny.en
-# stays until they are (every perception-built number published is tiny.en's).
+# still memorize at >= 2x real time on 2 cores, a tie to the faster (python -m bench.whisper --wer; README, ASR).
+# base has fewer word errors on 96 utterances but no interval yet, and its memories are unmeasured end to end, so
+# tiny.en stays until they are (every perception-built number published is tiny.en's).
 DEFAULT_ASR = "tiny.en"
 _MIB90 = 90 * 1024 * 1024  # the size of every part but a model's last
 
