@@ -26,8 +26,8 @@ import time
 import numpy as np
 
 from m3jax.control.controller import Question
-from m3jax.eval.demo import make_answerer
-from m3jax.eval.evaluate import make_embedder
+from m3jax.control import make_answerer
+from m3jax.memory.embedders import make_embedder
 from bench.controller_eval import heldout_task
 from bench.harness import cpu_model, machine, result_line
 

@@ -48,7 +48,7 @@ from m3jax.memorize.perception_pool import entry_key, perceived_episodes
 from m3jax.data.episodes import QUESTION_TYPES
 from m3jax.data.memory_qa import make_task, split_questions
 from m3jax.data.questions import HELDOUT_SEED_START, NOT_IN_MEMORY, TEST_SEED_START
-from m3jax.eval.evaluate import make_embedder
+from m3jax.memory.embedders import make_embedder
 from m3jax.eval.stats import accuracy_interval, paired_bootstrap
 from bench import harness
 
@@ -85,7 +85,7 @@ class CountingSearcher:
 
 
 def run_answerer(kind: str, graphs, records, embed, base: str, adapter: str | None, slots: int = 24):
-  from m3jax.eval.demo import make_answerer
+  from m3jax.control import make_answerer
 
   questions = [Question(r.question_id, r.question, r.answer, r.memory_id, before_clip=r.before_clip,
                         question_types=r.types) for r in records]

@@ -29,11 +29,11 @@ from collections import Counter
 import numpy as np
 
 from m3jax.control.controller import Question
-from m3jax.eval.demo import make_answerer
+from m3jax.control import make_answerer
 from m3jax.eval.judges import JudgeItem, is_decline, normalize_answer
 from m3jax.data.memory_qa import make_task
 from m3jax.data.questions import HELDOUT_SEED_START, NOT_IN_MEMORY
-from m3jax.eval.evaluate import make_embedder
+from m3jax.memory.embedders import make_embedder
 from bench.controller_eval import JUDGE
 from bench.harness import machine, result_line
 

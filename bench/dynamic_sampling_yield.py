@@ -37,7 +37,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 def measure_outcomes(n_questions: int, samples: int, seed: int) -> dict[str, np.ndarray]:
   """Per training question, `samples` judged outcomes of the shipped controller (real rollouts)."""
-  from m3jax.control.answer import trained_adapter_path
+  from m3jax.control import trained_adapter_path
   from m3jax.rl.program import RLProgram
 
   cfg = load_config(ROOT / "configs" / "rl_controller.py",

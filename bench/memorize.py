@@ -27,7 +27,8 @@ import tempfile
 import time
 
 from m3jax.control.answer import episode_questions
-from m3jax.eval.demo import make_answerer, qa_accuracy
+from m3jax.control import make_answerer
+from m3jax.eval.demo import qa_accuracy
 from m3jax.eval.scoring import identity_scores, load_observations
 from m3jax.memorize.pipeline import MemorizeConfig, Memorizer, load_memory
 from m3jax.memorize.perceive import PerceptionConfig, PerceptionModels

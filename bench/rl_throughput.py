@@ -47,7 +47,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-from m3jax.control.answer import SHIPPED_CONTROLLER
+from m3jax.control import SHIPPED_CONTROLLER
 from m3jax.config import apply_overrides, load_config
 from m3jax.host_memory import retain_freed_memory
 from m3jax.rl.dynamic_sampling import DynamicSamplingConfig

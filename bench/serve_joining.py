@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 from m3jax.data.memory_qa import heldout_questions, make_task
-from m3jax.eval.evaluate import make_embedder
+from m3jax.memory.embedders import make_embedder
 from m3jax.serve.answering import AskItem, ControllerAnswerer, SharedEmbedCache
 from m3jax.serve.batching import Batcher, JoiningBatcher
 from m3jax.serve.config import ServeConfig

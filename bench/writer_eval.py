@@ -45,7 +45,8 @@ import pathlib
 import time
 
 from m3jax.control.answer import episode_questions
-from m3jax.eval.demo import ANSWERERS, make_answerer, qa_verdicts
+from m3jax.control import ANSWERERS, make_answerer
+from m3jax.eval.demo import qa_verdicts
 from m3jax.eval.scoring import utterance_spans
 from m3jax.memorize.pipeline import default_graph_config
 from m3jax.memorize.observations import ClipMemories

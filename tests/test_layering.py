@@ -4,9 +4,11 @@ control's `episode_questions`; control never imports memorize), then the program
 CLI. An upward import (memorize/writers.py -> sft/omni_writer.py was one) ties a low layer to everything above it
 and makes circles possible; this test names each one it finds.
 
-Sideways imports within the programs' layer: rl/ imports `eval.evaluate.make_embedder` and its reward's judges
-(`eval.judges`), `eval.ablate` runs RL programs (`rl.program`), and sft/ scores writers with `eval.scoring`;
-`test_no_import_cycles` keeps them from closing a circle."""
+Sideways imports within the programs' layer, each for a reason: rl/ pays its reward with the judges
+(`eval.judges`, which the evaluation owns), `eval.ablate` runs RL programs (`rl.program`: the ablation's RL rows),
+and sft/ scores writers with `eval.scoring`. `test_no_import_cycles` keeps them, and everything else, from closing
+a circle, type-only imports included: a reader holds both files of a circle at once whether Python runs the import
+or not (the memory graph's helper modules read it through `memory.graph_view.GraphView` instead)."""
 
 import ast
 import pathlib
@@ -68,15 +70,9 @@ def test_an_upward_import_is_found(tmp_path):
   assert upward_imports(tmp_path) == ["m3jax/memorize/writers.py:2 imports m3jax.sft.omni_writer"]
 
 
-def _runtime_imports(tree: ast.AST):
-  """`_imports` without the `if TYPE_CHECKING:` blocks, which annotations read and Python never runs."""
-  skip = set()
+def _module_imports(tree: ast.AST):
+  """Every absolute import, `if TYPE_CHECKING:` blocks and function-level imports included."""
   for node in ast.walk(tree):
-    if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-      skip |= {id(n) for n in ast.walk(node)}
-  for node in ast.walk(tree):
-    if id(node) in skip:
-      continue
     if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
       yield node.module, [a.name for a in node.names]
     elif isinstance(node, ast.Import):
@@ -85,8 +81,8 @@ def _runtime_imports(tree: ast.AST):
 
 
 def import_cycles(package: pathlib.Path = PACKAGE) -> list[list[str]]:
-  """Circles in the module graph, function-level imports included (a lazy import only hides a circle until both
-  halves load). `from m3jax.memory import tags` is an edge to m3jax.memory.tags alone: the package's
+  """Circles in the module graph, function-level and type-only imports included (a lazy import only hides a
+  circle until both halves load; a type-only one still ties the two files together for a reader). `from m3jax.memory import tags` is an edge to m3jax.memory.tags alone: the package's
   `__init__` runs first either way, before the importing module does."""
   modules = {}
   for path in package.rglob("*.py"):
@@ -95,7 +91,7 @@ def import_cycles(package: pathlib.Path = PACKAGE) -> list[list[str]]:
   graph = {}
   for module, path in modules.items():
     edges = set()
-    for target, names in _runtime_imports(ast.parse(path.read_text(), str(path))):
+    for target, names in _module_imports(ast.parse(path.read_text(), str(path))):
       subs = {f"{target}.{n}" for n in names} & modules.keys()
       edges |= subs or ({target} & modules.keys())
     graph[module] = edges - {module}
@@ -129,9 +125,12 @@ def test_no_import_cycles():
 
 def test_an_import_cycle_is_found(tmp_path):
   (tmp_path / "memorize").mkdir()
-  (tmp_path / "memorize" / "writers.py").write_text("def f():\n  from m3jax.memorize.omni import load\n")
+  (tmp_path / "memorize" / "writers.py").write_text("def f():\n  from m3jax.memorize.omni import load\n")  # lazy
   (tmp_path / "memorize" / "omni.py").write_text("from m3jax.memorize import writers\n")
-  (tmp_path / "memorize" / "other.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                                                "  from m3jax.memorize.omni import load\n")
-  (tmp_path / "memorize" / "__init__.py").write_text("from m3jax.memorize.other import x\n")
-  assert import_cycles(tmp_path) == [["m3jax.memorize.omni", "m3jax.memorize.writers"]]
+  (tmp_path / "memorize" / "graph.py").write_text("from m3jax.memorize import parts\n")
+  (tmp_path / "memorize" / "parts.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                                "  from m3jax.memorize.graph import Graph\n")  # type-only
+  (tmp_path / "memorize" / "alone.py").write_text("from m3jax.memorize.graph import Graph\n")
+  (tmp_path / "memorize" / "__init__.py").write_text("from m3jax.memorize.alone import x\n")
+  assert import_cycles(tmp_path) == [["m3jax.memorize.graph", "m3jax.memorize.parts"],
+                                     ["m3jax.memorize.omni", "m3jax.memorize.writers"]]

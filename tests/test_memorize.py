@@ -422,7 +422,8 @@ def test_the_shipped_controller_answers_from_perception_built_memory(memorized, 
   answerer does, and gets a good share of the episode's questions right (measured: 6, the rules answerer 7;
   the untrained base answers none of the demo's; measured with the stage-2 adapter)."""
   from m3jax.control.answer import episode_questions
-  from m3jax.eval.demo import answer_correct, make_answerer
+  from m3jax.control import make_answerer
+  from m3jax.eval.demo import answer_correct
   from m3jax.cli import main
 
   mem, _, _ = memorized

@@ -12,7 +12,8 @@ from m3jax.control.controller import ControlConfig, Controller, Question
 from m3jax.control.prompts import END_OF_TURN, FIRST_USER_MESSAGE, render_chatml, round_suffix, system_message
 from m3jax.config import load_config
 from m3jax.rl import losses
-from m3jax.rl.program import RLProgram, _questions
+from m3jax.rl.program import RLProgram
+from m3jax.rl.rollout import group_questions
 from m3jax.rl.warm_start import ExpertPolicy, expert_turn
 
 Q = Question("q", "Where did Rachel put the wallet?", "On the sofa.", 0)
@@ -67,7 +68,7 @@ def test_warm_start_clones_the_expert_on_the_llm_token_layout(tmp_path):
   assert [t.token_ids.tolist() for t in slotted] == [t.token_ids.tolist() for t in static]
 
   # expert trajectories are token-for-token the rendered conversation, with exactly the assistant turns trained
-  questions = _questions(program.train_records[:3], 1)
+  questions = group_questions(program.train_records[:3], 1)
   trajs = Controller(ExpertPolicy(questions, program.tokenizer, 4), program.searcher, ControlConfig(4)).run(questions)
   for q, t in zip(questions, trajs):
     messages = [system_message(q.question), {"role": "user", "content": FIRST_USER_MESSAGE + round_suffix(0, 4)}]
@@ -98,7 +99,7 @@ def test_expert_trajectories_on_every_family_and_unanswerable_questions(style):
   embed = HashedBowEmbedder.builtin()
   graphs, records = make_task(range(12), embed, embed.dim, split="train")
   assert {r.family for r in records} == set(FAMILIES) - {HELDOUT_FAMILY, TEST_FAMILY}
-  questions = _questions(records, 1)
+  questions = group_questions(records, 1)
   tok = load_tokenizer(smollm2_path())
   trajs = Controller(ExpertPolicy(questions, tok, 5, style), MemorySearcher(graphs, embed, SearchConfig()),
                      ControlConfig(5)).run(questions)

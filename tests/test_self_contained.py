@@ -8,7 +8,7 @@ import re
 import tomllib
 
 from m3jax.config import load_config
-from m3jax.eval.evaluate import make_embedder
+from m3jax.memory.embedders import make_embedder
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCANNED = ("m3jax", "configs", "bench", "tests", ".ci", "train.py", "serve.py", "m3", "pyproject.toml", "README.md")

@@ -10,7 +10,8 @@ answers (or runs out of rounds) a waiting question takes its slot in the very ne
 waits for its slowest question and the KV memory is bounded by N, however many questions there are. One call
 mixes rows at different rounds. A question's trajectory does not depend on its neighbours: greedy, it equals the
 static loop's (up to float rounding across batch shapes). `run_stream` is the same loop fed while it runs: a
-question that arrives mid-run takes the next free slot (serve's `/ask` joins running questions this way).
+question that arrives mid-run takes the next free slot (serve's `/ask` joins running questions this way). The
+engine's scheduler (`m3jax.engine.slots.run_slots`) owns the slots; the controller says what a row does.
 
 Protocol details kept from the reference: the instruction (plus the last-round suffix) is appended to the user
 message before each generation; "character id" in the query selects the node route; the clip route excludes clips

@@ -10,7 +10,8 @@ or test episode), `unanswerable` and `distractors`: the episode's other values o
 judge refuses beside the truth; in training episodes `described` where the question names its person by a fact
 instead of a name: `DESCRIBE_FRACTION`) and the gold memories an ideal memorizer would write per clip.
 Everything here is pure Python on a seeded `numpy.random.Generator`, so the same seed gives the same episode
-whatever PYTHONHASHSEED is; `m3jax.data.episode_render` turns it into an mp4.
+whatever PYTHONHASHSEED is; `m3jax.data.episode_render` turns it into an mp4. The cast, the config and the
+script's pieces are `m3jax.data.script`'s; this module assembles them and derives the questions and gold memories.
 
 Gold memories name people with placeholders `<face:NAME>` / `<voice:NAME>`: the node ids an ideal memorizer would
 use are only known once perception has run, so `render_gold` substitutes them.
@@ -26,99 +27,12 @@ from typing import Any
 import numpy as np
 
 from m3jax.data.questions import FAMILIES, NOT_IN_MEMORY, TEST_FAMILY, Draft, article, phrasing_pool, split_of
+from m3jax.data.script import (JOBS, NAMES, PHOTO_ORDER, RULE_ITEMS, SMALL_TALK, Character, ClipScript, EpisodeConfig,
+                               Utterance, draw_agenda, draw_cast, draw_other, draw_presence, pick_distinct,
+                               sentence_for)
 
 QUESTION_TYPES = ("Person Understanding", "Cross-Modal Reasoning", "Multi-Detail Reasoning",
                   "Multi-Hop Reasoning", "General Knowledge Extraction")
-
-# Real photos (see episode_render.load_photo), a voice per photo chosen to be far apart for a speaker encoder
-# (GE2E mean cosines between these three are 0.56-0.67, within a voice ~0.85) while staying intelligible to
-# Whisper tiny.en, and names that fit the person in the photo.
-# The `camera` photo is a profile, which frontal face detectors often miss: it is the third character only.
-PHOTO_ORDER = ("astronaut", "hopper", "camera")
-VOICES = {"astronaut": ("en-gb+f4", 40), "hopper": ("en-us+f5", 45), "camera": ("en-us+klatt", 40)}
-# Names, jobs and sentences were kept only where Whisper tiny.en transcribes these voices correctly.
-NAMES = {"astronaut": ("Victoria", "Jennifer", "Sophie", "Emily", "Rachel"),
-         "hopper": ("Margaret", "Grace", "Susan", "Olivia"),
-         "camera": ("Michael", "Robert", "Thomas", "Peter", "George")}
-DRINKS = ("coffee", "tea", "orange juice", "milk", "lemonade", "hot chocolate")
-FOODS = ("pizza", "mango", "soup", "pasta", "apples", "cheese")
-PLACES = ("library", "museum", "beach", "market", "park", "station", "cinema", "hospital")
-CITIES = ("London", "Paris", "Boston", "Madrid", "Chicago", "Berlin")
-JOBS = ("doctor", "pilot", "lawyer", "nurse", "chef", "painter", "engineer", "musician")
-OBJECTS = ("keys", "glasses", "wallet", "phone", "notebook", "camera")
-FURNITURE = ("kitchen table", "sofa", "bookshelf", "desk", "window sill")
-# House rules: only the (item, place) pairs Whisper tiny.en got right in all three voices in the rule sentence
-# (winter coats, dog food, spare key, blue flower pot, towels, umbrella, bread did not).
-RULE_ITEMS = (("milk", "fridge door"), ("first aid kit", "bathroom cabinet"), ("house keys", "blue bowl"))
-# What each character says after introducing themselves ("rule": one of the house's rules, while any is unsaid).
-FACT_KINDS = ("drink", "dislike", "food", "plan", "city", "job", "object", "move", "rule")
-SMALL_TALK = ("It is a sunny day today.", "Let us open the window.", "This room is very quiet.",
-              "I think it will rain later.", "The music next door is loud.", "We should clean up soon.")
-
-
-@dataclasses.dataclass(frozen=True)
-class EpisodeConfig:
-  """What to generate. `seed` alone decides the script; the rest decides its size and media format."""
-  seed: int = 0
-  num_clips: int = 3
-  num_characters: int = 2
-  clip_seconds: float = 30.0
-  utterances_per_clip: tuple[int, int] = (3, 4)
-  fps: int = 5
-  width: int = 640
-  height: int = 360
-  sample_rate: int = 16000
-  # The speaker's mouth moves with their speech (episode_render: the jaw region of the photo opens per frame by
-  # the utterance's envelope), the cue an active-speaker estimator reads. Off by default: episodes, their ids and
-  # every cache key (`settings_dict`) stay byte-identical to those made before the field existed.
-  talking_faces: bool = False
-
-  def __post_init__(self):
-    if not 1 <= self.num_characters <= len(PHOTO_ORDER):
-      raise ValueError(f"num_characters must be in 1..{len(PHOTO_ORDER)} (one real photo each), "
-                       f"got {self.num_characters}")
-    if self.num_clips < 1:
-      raise ValueError(f"num_clips must be >= 1, got {self.num_clips}")
-    lo, hi = self.utterances_per_clip
-    if not 1 <= lo <= hi or self.clip_seconds / hi < 6.0:
-      raise ValueError(f"utterances_per_clip={self.utterances_per_clip} leaves under 6 s per utterance "
-                       f"in a {self.clip_seconds}-s clip")
-    if self.fps < 1 or self.width < 64 or self.height < 64:
-      raise ValueError(f"fps/width/height too small: {self.fps}/{self.width}/{self.height}")
-
-  def settings_dict(self) -> dict[str, Any]:
-    """The fields as a dict for cache keys and records: `dataclasses.asdict`, less `talking_faces` when it is off,
-    so keys hashed from configs made before the field existed are unchanged and a talking config gets its own."""
-    out = dataclasses.asdict(self)
-    if not self.talking_faces:
-      del out["talking_faces"]
-    return out
-
-
-@dataclasses.dataclass(frozen=True)
-class Character:
-  name: str
-  photo: str  # one of PHOTO_ORDER (see episode_render.load_photo)
-  voice: str  # espeak-ng voice, e.g. "en-us+f3"
-  pitch: int  # espeak-ng -p (0..99)
-  facts: dict[str, str]  # drink, food, plan, city, job, object, furniture, dislike, moved_to
-
-
-@dataclasses.dataclass(frozen=True)
-class Utterance:
-  clip: int
-  start: float  # seconds from the start of the video
-  speaker: str  # character name
-  text: str
-  kind: str  # intro | one of FACT_KINDS | small_talk
-
-
-@dataclasses.dataclass(frozen=True)
-class ClipScript:
-  clip: int
-  present: tuple[str, ...]  # names, in left-to-right screen order
-  utterances: tuple[Utterance, ...]
-
 
 @dataclasses.dataclass(frozen=True)
 class Episode:
@@ -145,86 +59,15 @@ class Episode:
     }}
 
 
-def _pick(rng: np.random.Generator, pool, k: int):
-  idx = rng.choice(len(pool), size=k, replace=False)
-  return [pool[int(i)] for i in idx]
-
-
-def _characters(rng: np.random.Generator, n: int) -> tuple[Character, ...]:
-  names = [NAMES[p][int(rng.integers(len(NAMES[p])))] for p in PHOTO_ORDER[:n]]
-  drinks, foods = _pick(rng, DRINKS, n), _pick(rng, FOODS, n)
-  places, cities, jobs = _pick(rng, PLACES, n), _pick(rng, CITIES, n), _pick(rng, JOBS, n)
-  objects, furniture = _pick(rng, OBJECTS, n), _pick(rng, FURNITURE, n)
-  # Distractors: the second person sometimes likes the same drink, lives in the same city or owns the same kind
-  # of object as the first (then questions keyed on that fact are not asked: they would have two answers).
-  for facts, p in ((drinks, 0.35), (cities, 0.25), (objects, 0.4)):
-    if n >= 2 and rng.random() < p:
-      facts[1] = facts[0]
-  dislikes = [_other(rng, DRINKS, d) for d in drinks]
-  moved_to = [_other(rng, FURNITURE, f) for f in furniture]
-  return tuple(Character(names[i], PHOTO_ORDER[i], *VOICES[PHOTO_ORDER[i]], {
-      "drink": drinks[i], "food": foods[i], "plan": places[i], "city": cities[i], "job": jobs[i],
-      "object": objects[i], "furniture": furniture[i], "dislike": dislikes[i], "moved_to": moved_to[i]})
-      for i in range(n))
-
-
-def _other(rng: np.random.Generator, pool, not_this: str) -> str:
-  rest = [x for x in pool if x != not_this]
-  return rest[int(rng.integers(len(rest)))]
-
-
-def _sentence(kind: str, c: Character, rules: dict[str, str], rule_item: str | None) -> str:
-  f = c.facts
-  return {
-      "intro": f"Hello everyone, my name is {c.name}.",
-      "drink": f"I really like to drink {f['drink']} in the morning.",
-      "dislike": f"I do not like to drink {f['dislike']} at all.",
-      "food": f"My favourite food is {f['food']}, I eat it every week.",
-      "plan": f"Tomorrow I will go to the {f['plan']} with a friend.",
-      "city": f"I have lived in {f['city']} for many years.",
-      "job": f"I work as {article(f['job'])} in the town centre.",
-      "object": f"I put my {f['object']} on the {f['furniture']} this morning.",
-      "move": f"I moved my {f['object']} from the {f['furniture']} to the {f['moved_to']}.",
-      "rule": f"In this house, the {rule_item} goes in the {rules.get(rule_item, '')}.",
-  }[kind]
-
-
-def _presence(rng: np.random.Generator, num_clips: int, names: list[str]) -> list[tuple[str, ...]]:
-  """Who is on screen per clip. Every character gets a solo clip when there is room (the meta-clip idea:
-  one face + one voice ties them); other clips show a random group of two or more."""
-  n = len(names)
-  solo = {int(c): names[i] for i, c in enumerate(rng.permutation(num_clips)[:n])} if num_clips >= n else {}
-  out = []
-  for clip in range(num_clips):
-    if clip in solo:
-      out.append((solo[clip],))
-    elif n == 1:
-      out.append((names[0],))
-    else:
-      k = int(rng.integers(2, n + 1))
-      out.append(tuple(names[int(i)] for i in sorted(rng.choice(n, size=k, replace=False))))
-  return out
-
-
-def _agenda(rng: np.random.Generator) -> list[str]:
-  """What one character will say, in order: the intro first, then the facts and one house rule in a seeded order,
-  the object always before its move (the move is the change that "what changed" questions ask about)."""
-  kinds = [str(k) for k in rng.permutation(FACT_KINDS)]
-  i, j = kinds.index("object"), kinds.index("move")
-  if j < i:
-    kinds[i], kinds[j] = kinds[j], kinds[i]
-  return ["intro"] + kinds
-
-
 def make_episode(config: EpisodeConfig = EpisodeConfig()) -> Episode:
   """Writes the script, the questions (of the split the seed belongs to: `questions.split_of`) and the gold
   memories of one episode (no media)."""
   rng = np.random.default_rng(config.seed)
-  chars = _characters(rng, config.num_characters)
+  chars = draw_cast(rng, config.num_characters)
   by_name = {c.name: c for c in chars}
-  rules = dict(_pick(rng, RULE_ITEMS, min(2, len(RULE_ITEMS))))
-  presence = _presence(rng, config.num_clips, [c.name for c in chars])
-  pending = {c.name: _agenda(rng) for c in chars}
+  rules = dict(pick_distinct(rng, RULE_ITEMS, min(2, len(RULE_ITEMS))))
+  presence = draw_presence(rng, config.num_clips, [c.name for c in chars])
+  pending = {c.name: draw_agenda(rng) for c in chars}
   pending_rules = list(rules)
   clips: list[ClipScript] = []
   for clip, present in enumerate(presence):
@@ -247,7 +90,7 @@ def make_episode(config: EpisodeConfig = EpisodeConfig()) -> Episode:
       if kind == "rule":
         rule_item = pending_rules.pop(0)
       text = (SMALL_TALK[int(rng.integers(len(SMALL_TALK)))] if kind == "small_talk"
-              else _sentence(kind, by_name[speaker], rules, rule_item))
+              else sentence_for(kind, by_name[speaker], rules, rule_item))
       start = round(clip * config.clip_seconds + j * slot + 0.5 + float(rng.uniform(0.0, 0.5)), 2)
       utts.append(Utterance(clip, start, speaker, text, kind))
     clips.append(ClipScript(clip, present, tuple(utts)))
@@ -379,9 +222,9 @@ def _drafts(rng, chars, clips, rules, test: bool = False) -> tuple[list[Draft], 
   name = absent[int(rng.integers(len(absent)))]
   kind = list(_ANSWERS)[int(rng.integers(len(_ANSWERS)))]
   missing.append(Draft(kind, {"name": name}, NOT_IN_MEMORY, (), f"nobody called {name} is in the video"))
-  job = _other(rng, [j for j in JOBS if all(c.facts["job"] != j for c in chars)], "")
+  job = draw_other(rng, [j for j in JOBS if all(c.facts["job"] != j for c in chars)], "")
   missing.append(Draft("who_job", {"job": job, "a_job": article(job)}, NOT_IN_MEMORY, (), f"nobody is a {job}"))
-  item = _other(rng, [i for i, _ in RULE_ITEMS if i not in rules], "")
+  item = draw_other(rng, [i for i, _ in RULE_ITEMS if i not in rules], "")
   missing.append(Draft("rule_place", {"item": item}, NOT_IN_MEMORY, (), f"no rule for the {item} was said"))
   return ok, missing
 

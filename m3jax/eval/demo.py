@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from m3jax.control.answer import ANSWERERS, episode_questions, make_answerer  # noqa: F401  (callers import them here too)
+from m3jax.control import ANSWERERS, episode_questions, make_answerer
 from m3jax.control.controller import Question
 from m3jax.data.episode_render import render_episode
 from m3jax.data.episodes import QUESTION_TYPES, Episode, EpisodeConfig, make_episode

@@ -16,14 +16,11 @@ character, in node order.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from m3jax.memory.graph_view import GraphView
 from m3jax.memory.schema import FACE, VOICE
-
-if TYPE_CHECKING:
-  from m3jax.memory.graph import MemoryGraph
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,11 +29,11 @@ class CharacterMap:
   reverse: dict[str, str]          # "face_i" -> "character_k"
 
 
-def _tag(graph: "MemoryGraph", node_id: int) -> str:
+def _tag(graph: GraphView, node_id: int) -> str:
   return f"{'face' if graph.kind(node_id) == FACE else 'voice'}_{node_id}"
 
 
-def _alive_statements(graph: "MemoryGraph", cut: int) -> dict[int, dict[int, float]]:
+def _alive_statements(graph: GraphView, cut: int) -> dict[int, dict[int, float]]:
   """Equivalence statement slot -> {entity id: weight} over alive edges inside the view."""
   out: dict[int, dict[int, float]] = {}
   for slot in graph.equivalences:
@@ -50,7 +47,7 @@ def _alive_statements(graph: "MemoryGraph", cut: int) -> dict[int, dict[int, flo
   return out
 
 
-def _select(graph: "MemoryGraph", statements: dict[int, dict[int, float]], mode: str, cut: int) -> list[int]:
+def _select(graph: GraphView, statements: dict[int, dict[int, float]], mode: str, cut: int) -> list[int]:
   """Statement slots to union, in the order that fixes the numbering."""
   entity_ids = np.nonzero(graph.node_kind.valid[: cut + 1])[0]
   by_entity: dict[int, list[int]] = {}
@@ -74,7 +71,7 @@ def _select(graph: "MemoryGraph", statements: dict[int, dict[int, float]], mode:
   return list(set([graph.text_node.data[s].item() for s in voice_pass + face_pass]))
 
 
-def build(graph: "MemoryGraph", cut: int, mode: str, ablation: str) -> CharacterMap:
+def build(graph: GraphView, cut: int, mode: str, ablation: str) -> CharacterMap:
   parent: dict[str, str] = {}
 
   def find(x: str) -> str:

@@ -10,17 +10,15 @@ one small matmul, so inserting into a large graph costs O(degree), not O(edges) 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 
+from m3jax.memory.graph_view import GraphView
 from m3jax.memory.schema import FLAG_SEMANTIC, SEMANTIC
 
-if TYPE_CHECKING:
-  from m3jax.memory.graph import MemoryGraph
 
-
-def candidates(graph: "MemoryGraph", entities: Sequence[int]) -> np.ndarray:
+def candidates(graph: GraphView, entities: Sequence[int]) -> np.ndarray:
   """Text slots of semantic nodes alive-linked to entities[0] (vectorised over the entity's adjacency)."""
   rows = np.asarray(graph.entity_edges.get(entities[0], ()), np.int64)
   rows = rows[graph.edge_weight.data[rows] > 0]
@@ -28,7 +26,7 @@ def candidates(graph: "MemoryGraph", entities: Sequence[int]) -> np.ndarray:
   return slots[(graph.text_flags.data[slots] & FLAG_SEMANTIC) != 0]
 
 
-def insert_semantic(graph: "MemoryGraph", text: str, emb: np.ndarray, clip: int,
+def insert_semantic(graph: GraphView, text: str, emb: np.ndarray, clip: int,
                     entities: Sequence[int]) -> int | None:
   """Consolidates one semantic statement; returns the new node id, or None if it reinforced/weakened others."""
   if entities:

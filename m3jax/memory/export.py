@@ -6,15 +6,12 @@ characters of the chosen view. Embeddings are summarised by their count; face cr
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
+from m3jax.memory.graph_view import GraphView
 from m3jax.memory.schema import FACE, REFERENCE_TYPE, VOICE
 
-if TYPE_CHECKING:
-  from m3jax.memory.graph import MemoryGraph
 
-
-def to_json(g: "MemoryGraph", before_clip: int | None = None) -> dict:
+def to_json(g: GraphView, before_clip: int | None = None) -> dict:
   cut = g.cut_for(before_clip)
   nodes = []
   for nid in range(min(cut + 1, g.next_node_id)):

@@ -15,18 +15,16 @@ from __future__ import annotations
 import functools
 import os
 import pathlib
-from typing import TYPE_CHECKING, Protocol, Sequence
+from typing import Protocol, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from m3jax.memory.arrays import GrowableArray
+from m3jax.memory.graph_view import GraphView
 from m3jax.memory.schema import FLAG_HIDDEN, FLAG_SEMANTIC, GraphFormatError
-
-if TYPE_CHECKING:
-  from m3jax.memory.graph import MemoryGraph
-  from m3jax.memory.search import SearchConfig
+from m3jax.memory.search_config import SearchConfig
 
 
 class TextIndex(Protocol):
@@ -139,7 +137,7 @@ def load_index(directory: pathlib.Path, meta: dict) -> TextIndex | None:
   return ScannIndex(searcher)
 
 
-def attach_scann(graph: "MemoryGraph", **build_kwargs) -> ScannIndex:
+def attach_scann(graph: GraphView, **build_kwargs) -> ScannIndex:
   """Builds a ScaNN index over the graph's text rows; later `add_clip` calls upsert into it."""
   if graph.num_text == 0:
     raise ValueError("cannot train a ScaNN index on a graph without text nodes")
@@ -147,8 +145,8 @@ def attach_scann(graph: "MemoryGraph", **build_kwargs) -> ScannIndex:
   return graph.index
 
 
-def approximate_hits(g: "MemoryGraph", q: np.ndarray, related: Sequence[int], cut: int, before: int,
-                     exclude: Sequence[int], config: "SearchConfig") -> tuple[list[int], list[int]]:
+def approximate_hits(g: GraphView, q: np.ndarray, related: Sequence[int], cut: int, before: int,
+                     exclude: Sequence[int], config: SearchConfig) -> tuple[list[int], list[int]]:
   """(clips, node rows) for one request from the graph's index (see module docstring)."""
   if related:
     rows = np.array(sorted({int(g.edge_text.data[r]) for e in related for r in g.entity_edges.get(e, [])

@@ -20,7 +20,8 @@ import numpy as np
 
 from m3jax.memory import tags
 from m3jax.memory.arrays import next_pow2
-from m3jax.memory.graph import ABLATIONS, FACE, FLAG_HIDDEN, VOICE, MemoryGraph
+from m3jax.memory.graph import FACE, FLAG_HIDDEN, VOICE, MemoryGraph
+from m3jax.memory.search_config import SearchConfig  # noqa: F401  (callers import it from here)
 from m3jax.memory.search_kernel import search_batch
 
 EMPTY_RESULT = "\n(The search result is empty. Please try searching from another perspective.)"
@@ -45,35 +46,6 @@ class SearchResult:
   text: str                          # what the controller sees
   clips: list[int]                   # clip ids whose memories are in `memories` (ascending)
   memories: dict[str, list[str]]     # "CLIP_k" -> translated sentences
-
-
-@dataclasses.dataclass(frozen=True)
-class SearchConfig:
-  clip_topk: int = 2
-  node_topk: int = 20
-  threshold: float = 0.5
-  clip_mode: Literal["max", "mean", "sum"] = "max"
-  exclusion: Literal["backfill", "reference"] = "backfill"
-  ablation: Literal["none", "no_semantic", "no_equivalence"] = "none"
-  max_variants: int = 100
-  backend: Literal["exact", "scann", "auto"] = "exact"
-  scann_min_texts: int = 100_000
-  scann_candidates: int = 512
-  tpu_approx_topk: bool = True        # node route uses jax.lax.approx_max_k when running on TPU
-  seed: int = 0
-  embed_cache_size: int = 65536
-
-  def __post_init__(self):
-    if self.clip_mode not in ("max", "mean", "sum"):
-      raise ValueError(f"SearchConfig.clip_mode must be max/mean/sum, got {self.clip_mode!r}")
-    if self.exclusion not in ("backfill", "reference"):
-      raise ValueError(f"SearchConfig.exclusion must be backfill/reference, got {self.exclusion!r}")
-    if self.ablation not in ABLATIONS:
-      raise ValueError(f"SearchConfig.ablation must be one of {ABLATIONS}, got {self.ablation!r}")
-    if self.backend not in ("exact", "scann", "auto"):
-      raise ValueError(f"SearchConfig.backend must be exact/scann/auto, got {self.backend!r}")
-    if self.clip_topk <= 0 or self.node_topk <= 0 or self.max_variants <= 0:
-      raise ValueError("SearchConfig top-k and max_variants must be positive")
 
 
 def format_result(memories: dict[str, list[str]]) -> str:

@@ -31,7 +31,7 @@ import numpy as np
 from m3jax import checkpoint
 from m3jax.chunks import ChunkBudget
 from m3jax.distributed import gather_objects, global_mesh, interleave, shard, to_host
-from m3jax.control.controller import Controller, Question
+from m3jax.control.controller import Controller
 from m3jax.eval.judges import JudgeItem, make_judge
 from m3jax.control.prompts import END_OF_TURN
 from m3jax.data.memory_qa import QARecord, make_task
@@ -152,7 +152,7 @@ class RLProgram:
     # the G rows of a group share their first prompt: the sampler prefills it once and forks the cache
     policy = build_policy(model, self.tokenizer, sampling, share_prefix=True, row_ids=row_ids)
     sampler = policy.sampler
-    questions = _questions(records, g)
+    questions = rollout.group_questions(records, g)
     slots = min(c.rollout_slots, len(questions)) if c.rollout_slots and row_ids is not None else None
     trajs = Controller(policy, self.searcher, c.control).run(questions, slots=slots)
     self.prefill_tokens += sampler.prefill_tokens
@@ -208,54 +208,9 @@ class RLProgram:
   # ------------------------------------------------------------------------------------------- training
   def warm_start(self, ckpt: checkpoint.Checkpointer | None = None,
                  budget: ChunkBudget | None = None) -> list[dict[str, float]]:
-    """`warm_start_steps` behaviour-cloning steps on expert trajectories of training questions (in a seeded
-    order), then a fresh DAPO learner on the cloned parameters. Returns one metrics dict per step.
-
-    With `ckpt`, the cloner's state is saved after every step and a restart continues from the newest one: every
-    step is a pure function of (seed, step), so the result equals an uninterrupted warm start's. With `budget`,
-    a chunk that runs out stops between steps (fewer than `warm_start_steps` dicts come back, and the DAPO
-    learner is left as it was)."""
-    from m3jax.rl.warm_start import ExpertPolicy
-
-    c = self.cfg
-    if not c.warm_start_steps:
-      return []
-    loss = dataclasses.replace(c.learner.loss, objective="nll", kl_coef=0.0)
-    optim = dataclasses.replace(c.learner.optim, lr=c.warm_start_lr, schedule="constant", warmup_steps=0)
-    cloner = Learner(self.model, dataclasses.replace(c.learner, loss=loss, optim=optim, epochs=1, mini_batches=1),
-                     mesh=self.mesh)
-    order = np.random.default_rng(c.seed + 1).permutation(len(self.train_records))
-    n = c.warm_start_questions
-    from tqdm import tqdm
-
-    history, start = [], 0
-    if ckpt is not None and ckpt.latest_step() is not None:
-      state, meta = ckpt.restore(cloner.state())
-      cloner.restore(state)
-      start, history = int(meta["step"]), list(meta["history"])
-    for step in tqdm(range(start, c.warm_start_steps), initial=start, total=c.warm_start_steps,
-                     desc="warm start", unit="step", disable=self.process != 0):
-      if budget is not None and self._chunk_over(budget):
-        self.progress = f"warm start {step}/{c.warm_start_steps}"
-        return history
-      t0 = time.perf_counter()
-      records = [self.train_records[order[(step * n + i) % len(order)]] for i in range(n)]
-      questions = _questions(records, 1)
-      expert = ExpertPolicy(questions, self.tokenizer, c.max_rounds, c.warm_start_expert)
-      trajs = Controller(expert, self.searcher, c.control).run(questions)
-      batch, stats = rollout.build_batch(trajs, n, seq_bucket=c.seq_bucket, max_len=c.max_seq_len,
-                                         pad_id=self.pad_id)
-      batch["advantages"] = np.zeros_like(batch["mask"])
-      del batch["turn_ids"]
-      metrics = cloner.update(batch, seed=step)[0]
-      metrics.update(stats, time_s=time.perf_counter() - t0)
-      history.append(metrics)
-      if ckpt is not None:
-        ckpt.save(step + 1, cloner.state(), {"step": step + 1, "history": history})
-      if budget is not None:
-        budget.step_done()
-    self.learner = Learner(self.model, c.learner, mesh=self.mesh, ref_model=self.ref_model)
-    return history
+    """`warm_start_steps` behaviour-cloning steps, then a fresh DAPO learner (`warm_start.clone`)."""
+    from m3jax.rl.warm_start import clone
+    return clone(self, ckpt, budget)
 
   def train_step(self, it, step: int) -> dict[str, float]:
     c = self.cfg
@@ -451,11 +406,6 @@ class RLProgram:
             "train_seeds": list(c.train_seeds), "warm_start_steps": c.warm_start_steps,
             "warm_start_expert": c.warm_start_expert, "init_adapter": pathlib.Path(c.init_adapter).name,
             "pool_seeds": list(c.pool_seeds), "pool_ratio": c.pool_ratio}
-
-
-def _questions(records: list[QARecord], group: int) -> list[Question]:
-  return [Question(f"{r.question_id}#{k}", r.question, r.answer, r.memory_id, before_clip=r.before_clip,
-                   question_types=r.types) for r in records for k in range(group)]
 
 
 def load_model(cfg: RLConfig):

@@ -15,6 +15,7 @@ from typing import Sequence
 import numpy as np
 
 from m3jax.eval.judges import is_decline
+from m3jax.control.controller import Question
 from m3jax.control.trajectory import Trajectory
 from m3jax.rl.rewards import EpisodeStats
 
@@ -76,3 +77,9 @@ def build_batch(trajs: Sequence[Trajectory], rows: int, *, seq_bucket: int, max_
            "rollout/padding_rows": float(rows - len(trajs)),
            "rollout/generated_tokens": float(out["mask"].sum()), "rollout/tokens": float(out["lengths"].sum())}
   return out, stats
+
+
+def group_questions(records, group: int) -> list[Question]:
+  """`group` controller questions per `data.memory_qa.QARecord`, ids `QUESTION_ID#k` (a group's samples)."""
+  return [Question(f"{r.question_id}#{k}", r.question, r.answer, r.memory_id, before_clip=r.before_clip,
+                   question_types=r.types) for r in records for k in range(group)]

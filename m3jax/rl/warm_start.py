@@ -14,17 +14,24 @@ questions must come from training graphs only (`RLProgram` draws them from its t
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import time
 from typing import Sequence
 
 import numpy as np
+from tqdm import tqdm
 
-from m3jax.control.controller import Question
+from m3jax import checkpoint
+from m3jax.chunks import ChunkBudget
+from m3jax.control.controller import Controller, Question
 from m3jax.eval.judges import normalize_answer
 from m3jax.control.policy import ChatTokenizer, Turn, continuation_text
 from m3jax.control.answer import CHARACTER_TAG_RE, named_people
 from m3jax.control.prompts import END_OF_TURN, INSTRUCTION, SEARCH_RESULT_PREFIX, Message, render_chatml
 from m3jax.data.questions import NOT_IN_MEMORY
+from m3jax.rl import rollout
+from m3jax.rl.learner import Learner
 
 _INSTRUCTION_START = INSTRUCTION.split("{content}")[0]  # where the round suffix begins in a user message
 EXPERT_STYLES = ("hindsight", "ladder", "direct")
@@ -170,3 +177,50 @@ class ExpertPolicy:
     ids = self.tokenizer.encode(text, add_special_tokens=False) + list(self.end_ids)
     return Turn(text=text + END_OF_TURN, context_ids=context, gen_ids=ids,
                 logprobs=np.zeros((len(ids),), np.float32), finish_reason="stop")
+
+def clone(program, ckpt: checkpoint.Checkpointer | None = None,
+          budget: ChunkBudget | None = None) -> list[dict[str, float]]:
+  """`warm_start_steps` behaviour-cloning steps on expert trajectories of training questions (in a seeded
+  order), then a fresh DAPO learner on the cloned parameters. Returns one metrics dict per step.
+
+  With `ckpt`, the cloner's state is saved after every step and a restart continues from the newest one: every
+  step is a pure function of (seed, step), so the result equals an uninterrupted warm start's. With `budget`,
+  a chunk that runs out stops between steps (fewer than `warm_start_steps` dicts come back, and the DAPO
+  learner is left as it was)."""
+  c = program.cfg
+  if not c.warm_start_steps:
+    return []
+  loss = dataclasses.replace(c.learner.loss, objective="nll", kl_coef=0.0)
+  optim = dataclasses.replace(c.learner.optim, lr=c.warm_start_lr, schedule="constant", warmup_steps=0)
+  cloner = Learner(program.model, dataclasses.replace(c.learner, loss=loss, optim=optim, epochs=1, mini_batches=1),
+                   mesh=program.mesh)
+  order = np.random.default_rng(c.seed + 1).permutation(len(program.train_records))
+  n = c.warm_start_questions
+  history, start = [], 0
+  if ckpt is not None and ckpt.latest_step() is not None:
+    state, meta = ckpt.restore(cloner.state())
+    cloner.restore(state)
+    start, history = int(meta["step"]), list(meta["history"])
+  for step in tqdm(range(start, c.warm_start_steps), initial=start, total=c.warm_start_steps,
+                   desc="warm start", unit="step", disable=program.process != 0):
+    if budget is not None and program._chunk_over(budget):
+      program.progress = f"warm start {step}/{c.warm_start_steps}"
+      return history
+    t0 = time.perf_counter()
+    records = [program.train_records[order[(step * n + i) % len(order)]] for i in range(n)]
+    questions = rollout.group_questions(records, 1)
+    expert = ExpertPolicy(questions, program.tokenizer, c.max_rounds, c.warm_start_expert)
+    trajs = Controller(expert, program.searcher, c.control).run(questions)
+    batch, stats = rollout.build_batch(trajs, n, seq_bucket=c.seq_bucket, max_len=c.max_seq_len,
+                                       pad_id=program.pad_id)
+    batch["advantages"] = np.zeros_like(batch["mask"])
+    del batch["turn_ids"]
+    metrics = cloner.update(batch, seed=step)[0]
+    metrics.update(stats, time_s=time.perf_counter() - t0)
+    history.append(metrics)
+    if ckpt is not None:
+      ckpt.save(step + 1, cloner.state(), {"step": step + 1, "history": history})
+    if budget is not None:
+      budget.step_done()
+  program.learner = Learner(program.model, c.learner, mesh=program.mesh, ref_model=program.ref_model)
+  return history
