@@ -33,3 +33,22 @@ def test_who_questions_take_a_memory_naming_someone():
   assert "Sophie" in gave and said == "Sophie"
   rule = answerer.answer([Question("where", "Where does the milk go in this house?", "Fridge door.", 0)])[0]
   assert "fridge door" in rule.lower()  # other questions still take the best memory, tagged or not
+
+
+def test_a_name_that_opens_the_question_is_resolved_when_the_memory_knows_it():
+  from m3jax.control.answer import named_people, opening_name
+  from m3jax.data.questions import NOT_IN_MEMORY
+  assert named_people("Victoria's drink of choice?") == ["Victoria"]  # possessive: surely a name
+  assert (named_people("Victoria lost her keys; where are they?"), opening_name("Victoria lost her keys?")) == (
+      [], "Victoria")
+  assert opening_name("Tomorrow, who goes to the museum?") == "Tomorrow" and opening_name("Where is it?") is None
+  embed = HashedBowEmbedder.builtin()
+  answerer = RuleAnswerer([_graph(embed)], embed)
+  opened, possessive, unknown, plain = answerer.answer([
+      Question("o", "Sophie told us a house rule; where does the milk go?", "Fridge door.", 0),
+      Question("p", "Sophie's rule: where does the milk go?", "Fridge door.", 0),
+      Question("u", "Anna's rule: where does the milk go?", NOT_IN_MEMORY, 0),
+      Question("t", "Tomorrow, where does the milk go?", "Fridge door.", 0)])
+  assert "fridge door" in opened.lower() and "fridge door" in possessive.lower()
+  assert unknown == NOT_IN_MEMORY  # a possessive opening the memory does not know is someone it lacks
+  assert "fridge door" in plain.lower()  # an opening word the memory does not know is no name: no decline

@@ -33,14 +33,29 @@ _WHO_RE = re.compile(r"^\s*who\s+(?:said|says|mentioned|told)\s+(?:that\s+)?(.*?
 CHARACTER_TAG_RE = re.compile(r"<(character_\d+|face_\d+|voice_\d+)>")
 _ASKS_PERSON_RE = re.compile(r"^\s*who", re.IGNORECASE)
 _CAPITAL_RE = re.compile(r"\b([A-Z][a-z]+)\b")
+_OPENING_RE = re.compile(r"\s*([A-Z][a-z]+)\b")
+_POSSESSIVE_OPENING_RE = re.compile(r"\s*[A-Z][a-z]+'s\b")
 _PRESENT_RE = re.compile(r"^\s*<[^<>]+> is present\.?\s*$")
 _PERSON_WHO_RE = re.compile(r"\bthe (?:person|one) who (.+?) (?=will|go|goes|does|did|is|lives|works|put)\b")
 _NOT_NAMES = {"What", "Where", "Who", "Which", "When", "Why", "How", "Is", "Does", "Did", "Do", "The", "In", "I"}
 
 
 def named_people(question: str) -> list[str]:
-  """Capitalised words after the first that are not question words: the names a question mentions, in order."""
-  return list(dict.fromkeys(n for n in _CAPITAL_RE.findall(question)[1:] if n not in _NOT_NAMES))
+  """The names a question surely mentions, in order: capitalised words that are not question words, after the
+  first, and the first when it is possessive ("Victoria's drink of choice?"); any other first word is
+  `opening_name`'s to judge."""
+  words = _CAPITAL_RE.findall(question)
+  first = [words[0]] if words and _POSSESSIVE_OPENING_RE.match(question) else []
+  return list(dict.fromkeys(n for n in first + words[1:] if n not in _NOT_NAMES))
+
+
+def opening_name(question: str) -> str | None:
+  """The question's first word when it may be a name ("Victoria lost track of the camera; where is it now?"):
+  capitalised, not a question word, not named again later. Sentence case capitalises any first word ("Tomorrow,
+  who ..."), so a caller takes it for a name only when the memory knows it."""
+  m = _OPENING_RE.match(question)
+  word = m.group(1) if m else None
+  return word if word and word not in _NOT_NAMES and word not in named_people(question) else None
 
 
 def _strip_tags(text: str) -> str:
@@ -112,8 +127,9 @@ class RuleAnswerer:
       if m:
         query = query[:hop.start()] + f"<{m.group(1)}> " + query[hop.end():]
     names = named_people(q.question)
+    opening = opening_name(q.question)
     resolved = 0
-    for name in names:
+    for name in ([opening] if opening else []) + names:
       tag = self._id_of(q, name)
       if tag is not None:
         query = re.sub(rf"\b{re.escape(name)}\b", f"<{tag}>", query)
