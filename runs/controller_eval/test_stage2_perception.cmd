@@ -1,0 +1,1 @@
+python bench/controller_eval.py --split test --no-llm-judge --perception-episodes 10 --records runs/controller_eval/test_stage2_perception.jsonl --tasks perception --answerers trained --adapter m3jax/data/controller/stage2_direct.npz  # from a checkout of 96adb8e (runs/controller_eval/chain4.sh)
