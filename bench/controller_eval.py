@@ -4,6 +4,7 @@
   python -m bench.controller_eval                       # dev (the old held-out set: curves and choices use it)
   python -m bench.controller_eval --n 16 --answerers rules,untrained --tasks gold
   python -m bench.controller_eval --adapter runs/rl_controller/adapter.npz   # another trained adapter
+  python -m bench.controller_eval --split test --answerers untrained --records u.jsonl --resume  # continues a run
   python -m bench.controller_eval --join a.jsonl b.jsonl stage2=c.jsonl  # one RESULT from runs of one answerer each
 
 Questions come from one split's episodes only (`m3jax.data.questions`): `--split dev` the 96 family-balanced
@@ -23,8 +24,9 @@ optionally by `llm` (the reference's entailment prompt on the frozen SmolLM2-135
 on mismatched pairs). Each accuracy comes with its 95% Wilson interval, each comparison (trained − rules, trained −
 untrained) with a paired bootstrap interval over the same questions (`m3jax.eval.stats`). Per answerer also
 declines, rounds / searches / format errors and seconds per question (the rules answerer has no rounds: it counts
-the searches it runs). `--records` gets one JSON line per question and answerer: question, truth, answer, both
-verdicts, the trajectory's searches, rounds and seconds, so any number can be checked.
+the searches it runs). `--records` gets one JSON line per question and answerer as it ends: question, truth, answer, both
+verdicts, the trajectory's searches, rounds and seconds, so any number can be checked; `--resume` keeps a stopped
+run's records and asks only the rest.
 Final line: RESULT trained=… trained_lo=… trained_hi=… rules=… untrained=… diff_rules=… diff_rules_lo=…
 diff_rules_hi=… n=… (then rules_lo/hi, diff_untrained…, the contains and llm columns, perception_trained=… (with
 _lo/_hi) perception_rules=… perception_untrained=… perception_diff_rules=… (_lo, _hi) perception_n=…
@@ -84,12 +86,16 @@ class CountingSearcher:
     return self.inner.search(requests)
 
 
-def run_answerer(kind: str, graphs, records, embed, base: str, adapter: str | None, slots: int = 24):
+def run_answerer(kind: str, graphs, records, embed, base: str, adapter: str | None, slots: int = 24,
+                 on_answer=None):
+  """(answers, stats, details) of `kind` on `records`; `on_answer(index, answer, detail)` hears of each question
+  as it ends, so a stopped run keeps what it answered (`--resume`)."""
   from m3jax.control import make_answerer
 
   questions = [Question(r.question_id, r.question, r.answer, r.memory_id, before_clip=r.before_clip,
                         question_types=r.types) for r in records]
   t0 = time.perf_counter()
+  hear = on_answer or (lambda i, a, d: None)
   answerer = make_answerer(kind, graphs, embed, base, adapter)
   if kind != "rules":  # continuous batching: a batch's KV cache grows with rows x context (96 prompted 5-round
     answerer.slots = slots  # rows in one static batch took 14 GB), so the questions share `slots` rows
@@ -98,21 +104,29 @@ def run_answerer(kind: str, graphs, records, embed, base: str, adapter: str | No
     answerer.searcher, answerer.names_searcher = (CountingSearcher(answerer.searcher, log),
                                                   CountingSearcher(answerer.names_searcher, log))
     answers, details = [], []
-    for q in questions:
+    for i, q in enumerate(questions):
       start, t1 = len(log), time.perf_counter()
       answers += answerer.answer([q])
       details.append({"searches": log[start:], "rounds": 1, "seconds": round(time.perf_counter() - t1, 4)})
+      hear(i, answers[-1], details[-1])
     stats = {"rounds": 1.0, "searches": len(log) / len(records), "format_errors": 0.0}
   else:
-    answers = answerer.answer(questions)
+    # continuous batching answers the questions together: a question's seconds are the mean so far
+    ended = [0]
+
+    def detail(t) -> dict:
+      return {"searches": [r.content for r in t.rounds if r.action == "search"], "rounds": len(t.rounds),
+              "seconds": round((time.perf_counter() - t0) / max(ended[0], 1), 4)}
+
+    def finished(i, answer, traj):
+      ended[0] += 1
+      hear(i, answer, detail(traj))
+    answers = answerer.answer(questions, on_answer=finished)
     trajs = answerer.trajectories
     stats = {"rounds": sum(len(t.rounds) for t in trajs) / len(trajs),
              "searches": sum(t.num_searches for t in trajs) / len(trajs),
              "format_errors": sum(r.action == "format_error" for t in trajs for r in t.rounds) / len(trajs)}
-    # continuous batching answers the questions together: a question's seconds are the batch's mean
-    each = round((time.perf_counter() - t0) / len(records), 4)
-    details = [{"searches": [r.content for r in t.rounds if r.action == "search"], "rounds": len(t.rounds),
-                "seconds": each} for t in trajs]
+    details = [detail(t) for t in trajs]
   stats["seconds"] = (time.perf_counter() - t0) / len(records)
   return answers, stats, details
 
@@ -169,12 +183,13 @@ def paired_differences(results: dict, task: str) -> dict:
   return out
 
 
-def question_records(task: str, split: str, kind: str, records, answers, s: dict, details) -> list[dict]:
-  """One JSON-able record per question: what a reader needs to check any number."""
-  return [{"task": task, "split": split, "answerer": kind, "question_id": r.question_id, "family": r.family,
-           "question": r.question, "truth": r.answer, "answer": a, "strict": bool(st), "contains": bool(ct),
-           "unanswerable": bool(r.unanswerable), **d}
-          for r, a, st, ct, d in zip(records, answers, s["correct"], s["contains_correct"], details)]
+def question_record(task: str, split: str, kind: str, r, answer: str, detail: dict) -> dict:
+  """One JSON-able record per question: what a reader needs to check any number (its verdicts judged alone, as
+  `score_answers` judges each)."""
+  strict, contains = (score_answers(j, [r], [answer])["correct"][0] for j in (STRICT, CONTAINS))
+  return {"task": task, "split": split, "answerer": kind, "question_id": r.question_id, "family": r.family,
+          "question": r.question, "truth": r.answer, "answer": answer, "strict": strict, "contains": contains,
+          "unanswerable": bool(r.unanswerable), **detail}
 
 
 perception_key = entry_key  # the cache's key: a short hash of the episode config and the memorize settings
@@ -296,6 +311,8 @@ def main() -> None:
   ap.add_argument("--perception-dir", default="runs/controller_eval_perception",
                   help="where they are rendered and memorized (a directory per episode and settings, reused)")
   ap.add_argument("--records", default=None, help="per-question JSONL (default runs/controller_eval/<split>.jsonl)")
+  ap.add_argument("--resume", action="store_true", help="keep the --records file's answers and answer only the "
+                  "questions it lacks (each record is written as its question ends, so a stopped run loses none)")
   ap.add_argument("--join", nargs="+", metavar="[LABEL=]FILE", help="answer nothing: rebuild the report and RESULT "
                   "from these runs' --records files (LABEL names another adapter's `trained`)")
   args = ap.parse_args()
@@ -326,25 +343,53 @@ def main() -> None:
   seeds = list(range(first, first + args.perception_episodes))
   tasks = {t: split_task(args.n, args.split, embed, dim) + (embed,) if t == "gold"
            else perception_task(pathlib.Path(args.perception_dir), seeds) for t in tasks}
+  done = answered(out_path, args.split) if args.resume else set()
   results: dict = {}
   diffs: dict = {}
-  with out_path.open("w") as out:
+  with out_path.open("a" if args.resume else "w") as out:
     for task, (graphs, records, task_embed) in tasks.items():
       fams = Counter(r.family for r in records)
       print(f"== {task}: {len(records)} questions from {len(graphs)} memories ({sum(r.unanswerable for r in records)} "
             f"unanswerable); families: {dict(sorted(fams.items()))}", flush=True)
       for kind in kinds:
-        answers, stats, details = run_answerer(kind, graphs, records, task_embed, args.base, args.adapter, args.slots)
+        todo = [r for r in records if (task, kind, r.question_id) not in done]
+        if len(todo) < len(records):
+          print(f"[{kind}] {len(records) - len(todo)} answered in {out_path} already; answering {len(todo)}",
+                flush=True)
+        if not todo:
+          continue
+
+        def write(i, answer, detail, todo=todo, kind=kind):
+          out.write(json.dumps(question_record(task, args.split, kind, todo[i], answer, detail)) + "\n")
+          out.flush()
+        answers, stats, _ = run_answerer(kind, graphs, todo, task_embed, args.base, args.adapter, args.slots,
+                                         on_answer=write)
         # the llm judge for the two answerers the RESULT line compares (the untrained base rarely answers at all)
-        s = results[task, kind] = {**score(records, answers, llm_judge if kind != "untrained" else None), **stats}
-        report(kind, s, records, answers)
-        for line in question_records(task, args.split, kind, records, answers, s, details):
-          out.write(json.dumps(line) + "\n")
-        out.flush()
-      diffs[task] = paired_differences(results, task)
+        s = results[task, kind] = {**score(todo, answers, llm_judge if kind != "untrained" else None), **stats}
+        report(kind, s, todo, answers)
+      if not args.resume:
+        diffs[task] = paired_differences(results, task)
+  if args.resume:  # the report covers every record of the file, the earlier runs' too
+    return join_records([str(out_path)])
   results["perception_n"] = len(tasks["perception"][1]) if "perception" in tasks else 0
   results["perception_episodes"] = len(tasks["perception"][0]) if "perception" in tasks else 0
   print(result_line(results, diffs, len(tasks["gold"][1]) if "gold" in tasks else 0, args.split))
+
+
+def answered(path: pathlib.Path, split: str) -> set:
+  """(task, answerer, question id) of every record in `path` (none when it does not exist yet)."""
+  if not path.exists():
+    return set()
+  lines = [line for line in path.read_text().splitlines() if line.strip()]
+  try:
+    json.loads(lines[-1]) if lines else None
+  except json.JSONDecodeError:  # the run was stopped while writing its last record: that question is re-asked
+    lines.pop()
+    path.write_text("".join(line + "\n" for line in lines))
+  rows = [json.loads(line) for line in lines]
+  if any(r["split"] != split for r in rows):
+    sys.exit(f"controller_eval --resume: {path} holds records of another split than {split}")
+  return {(r["task"], r["answerer"], r["question_id"]) for r in rows}
 
 
 if __name__ == "__main__":

@@ -151,8 +151,12 @@ def test_continuous_batching_gives_the_static_trajectories(tokenizer, searcher):
       np.testing.assert_array_equal(a.generated, b.generated)
       np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)
       assert [r.retrieved_clips for r in a.rounds] == [r.retrieved_clips for r in b.rounds]
-    rerun = Controller(policy, searcher, control).run(questions, slots=2)
+    heard = []
+    rerun = Controller(policy, searcher, control).run(questions, slots=2,
+                                                      on_finish=lambda i, t: heard.append((i, t)))
     assert [t.token_ids.tolist() for t in rerun] == [t.token_ids.tolist() for t in slotted]
+    assert sorted(i for i, _ in heard) == list(range(len(questions)))  # each question heard of once, as it ends
+    assert all(rerun[i] is t for i, t in heard)
     assert sampler.compilations - before == compiled  # the rerun reuses every program
   assert len({len(t.rounds) for t in static}) > 1  # sampled, questions end at different rounds: slots refill
   with pytest.raises(ValueError, match="slot policy"):

@@ -40,8 +40,9 @@ def test_scores_both_judges_with_intervals_and_paired_differences(bench, capsys)
           "diff_rules_lo=\\S+ diff_rules_hi=\\S+ n=10 ")
   assert re.match(head, line), line
   assert line.endswith("split=test judge=strict") and "perception_trained=NA" in line and "trained_contains=1.000" in line
-  rows = bench.question_records("gold", "test", "trained", records, trained, results["gold", "trained"],
-                                [{"searches": ["q"], "rounds": 2, "seconds": 0.5}] * len(records))
+  rows = [bench.question_record("gold", "test", "trained", r, a, {"searches": ["q"], "rounds": 2, "seconds": 0.5})
+          for r, a in zip(records, trained)]
+  assert [r["strict"] for r in rows] == results["gold", "trained"]["correct"]
   assert rows[-1]["strict"] is False and rows[-1]["contains"] is True and rows[-1]["truth"] == "Coffee."
   assert {"question", "truth", "answer", "strict", "contains", "searches", "rounds", "seconds"} <= set(rows[0])
 
@@ -88,3 +89,30 @@ def test_join_rebuilds_the_result_line_from_separate_runs(bench, tmp_path, capsy
     bench.join_records([trained, short])
   with pytest.raises(SystemExit, match="twice"):
     bench.join_records([trained, trained])
+
+
+def test_a_stopped_run_resumes_where_it_stopped(bench, tmp_path, monkeypatch, capsys):
+  """Records are written as questions end; --resume drops a half-written last record, asks only what is missing,
+  and reports over the whole file: the same verdicts as one uninterrupted run."""
+  import json
+  import sys
+
+  def run(path, *extra):
+    monkeypatch.setattr(sys, "argv", ["controller_eval", "--split", "test", "--n", "6", "--answerers", "rules",
+                                      "--tasks", "gold", "--embedder", "hashed", "--no-llm-judge", "--records",
+                                      str(path), *extra])
+    bench.main()
+    return capsys.readouterr().out
+
+  whole = tmp_path / "whole.jsonl"
+  run(whole)
+  full = whole.read_text().splitlines()
+  assert len(full) == 6
+  part = tmp_path / "part.jsonl"
+  part.write_text("\n".join(full[:2]) + "\n" + full[2][:40])  # stopped while writing the third record
+  out = run(part, "--resume")
+  assert "[rules] 2 answered" in out and "answering 4" in out and "\nRESULT " in out and " n=6 " in out
+  strip = lambda rows: sorted((r["question_id"], r["answer"], r["strict"]) for r in map(json.loads, rows))
+  assert strip(part.read_text().splitlines()) == strip(full)
+  with pytest.raises(SystemExit, match="another split"):
+    run(part, "--resume", "--split", "dev")

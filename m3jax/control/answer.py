@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from m3jax.control.controller import Question
+from m3jax.control.trajectory import Trajectory
 from m3jax.data.episodes import Episode
 from m3jax.data.questions import NOT_IN_MEMORY
 from m3jax.memory.search import MemorySearcher, SearchConfig, SearchRequest
@@ -178,11 +179,21 @@ class LLMAnswerer:
     self.namer = RuleAnswerer(graphs, embed_fn) if resolve_names and graphs else None
     self.trajectories, self.slots = [], slots
 
-  def answer(self, questions: Sequence[Question]) -> list[str]:
-    self.trajectories = self.controller.run(questions, slots=min(self.slots, len(questions)) if self.slots else None)
-    answers = [(t.response or "").strip() for t in self.trajectories]
-    if self.namer is not None:
-      answers = [self.namer.with_names(q, a) for q, a in zip(questions, answers)]
+  def answer(self, questions: Sequence[Question],
+             on_answer: Callable[[int, str, Trajectory], None] | None = None) -> list[str]:
+    """The final answers, in order; `on_answer(index, answer, trajectory)` hears of each as it ends (with slots;
+    a static batch's all end together)."""
+    def final(q: Question, traj: Trajectory) -> str:
+      text = (traj.response or "").strip()
+      return self.namer.with_names(q, text) if self.namer is not None else text
+
+    hear = None if on_answer is None else (lambda i, t: on_answer(i, final(questions[i], t), t))
+    self.trajectories = self.controller.run(questions, slots=min(self.slots, len(questions)) if self.slots else None,
+                                            on_finish=hear if self.slots else None)
+    answers = [final(q, t) for q, t in zip(questions, self.trajectories)]
+    if hear is not None and not self.slots:
+      for i, t in enumerate(self.trajectories):
+        hear(i, t)
     return answers
 
 

@@ -80,16 +80,24 @@ class Controller:
     self.searcher = searcher
     self.config = config
 
-  def run(self, questions: Sequence[Question], slots: int | None = None) -> list[Trajectory]:
+  def run(self, questions: Sequence[Question], slots: int | None = None,
+          on_finish: Callable[[int, Trajectory], None] | None = None) -> list[Trajectory]:
     """Answers all `questions`; returns one trajectory per question, in order. Without `slots` they run as one
-    static batch; with `slots` (a `SlotPolicy`), through that many continuously refilled slots."""
+    static batch; with `slots` (a `SlotPolicy`), through that many continuously refilled slots, and
+    `on_finish(index, trajectory)` hears of each question as it ends (a long evaluation keeps what is done when
+    it is stopped)."""
     if not questions:
       return []
     if slots is not None:
       waiting = collections.deque(enumerate(questions))
       done: dict[int, Trajectory] = {}
+
+      def finish(i: int, traj: Trajectory) -> None:
+        done[i] = traj
+        if on_finish is not None:
+          on_finish(i, traj)
       self.run_stream(lambda n, idle: [waiting.popleft() for _ in range(min(n, len(waiting)))] or None,
-                      done.__setitem__, slots)
+                      finish, slots)
       return [done[i] for i in range(len(questions))]
     trajs = [_trajectory(q) for q in questions]
     active = list(range(len(questions)))
