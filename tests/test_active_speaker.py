@@ -167,3 +167,48 @@ def test_motion_is_measured_where_the_mouth_moves():
   scores = speaking_scores(frames, times, tracks, segs)
   assert scores.pair[0][3] > 0.8 and abs(scores.pair[1][3]) < 0.3
   assert confident_pairs(scores) == [(0, 3, pytest.approx(scores.pair[0][3], abs=1e-4))]
+
+
+# ------------------------------------------------------------------------- the cue in memorization (issue 44, 2)
+def _memorize(ep, tmp_path, speaker_fps: float):
+  """(observations, face/voice node -> character) of `ep` memorized with the cue at `speaker_fps` (0 = off)."""
+  from m3jax.data.episode_render import render_episode
+  from m3jax.eval.scoring import load_observations
+  from m3jax.memorize.perceive import PerceptionConfig, PerceptionModels
+  from m3jax.memorize.pipeline import MemorizeConfig, Memorizer
+  paths = render_episode(ep, tmp_path / "video")
+  cfg = MemorizeConfig(perception=PerceptionConfig(speaker_fps=speaker_fps))
+  mem = Memorizer(tmp_path / f"mem_{speaker_fps}", cfg, models=PerceptionModels.load())
+  mem.memorize(paths["video"], progress=False)
+  return load_observations(tmp_path / f"mem_{speaker_fps}"), mem.graph.characters().reverse
+
+
+def _joined(obs, reverse, ep) -> set[tuple[str, str]]:
+  """(the face's person, the voice's person) for every face and voice node one character joins."""
+  from m3jax.eval.scoring import face_person, speech_person, utterance_spans
+  said = utterance_spans(ep)
+  face = {f"face_{f.node_id}": face_person(ep, o, f) for o in obs for f in o.faces}
+  voice = {f"voice_{s.node_id}": speech_person(said, o, s) for o in obs for s in o.speech}
+  return {(pf, pv) for f, pf in face.items() for v, pv in voice.items()
+          if f in reverse and reverse[f] == reverse.get(v)}
+
+
+def test_memorized_equivalences_come_from_the_cue(talking_clip, tmp_path):
+  """Two faces, two voices: the cue joins each face to its own voice (the one-face-one-voice rule joins none)."""
+  obs, reverse = _memorize(talking_clip, tmp_path, speaker_fps=5.0)
+  present = talking_clip.clips[0].present
+  assert obs[0].speakers is not None and len(obs[0].speakers) == 2
+  assert _joined(obs, reverse, talking_clip) == {(p, p) for p in present}
+
+
+def test_no_equivalence_from_a_clip_whose_cue_is_not_sure(talking_clip, tmp_path):
+  """One face on screen, and the voice is someone off screen: the one-face-one-voice rule merges two people; the
+  cue, sure of nobody, writes no equivalence."""
+  script = talking_clip.clips[0]
+  listener, speaker = script.present
+  utts = tuple(u for u in script.utterances if u.speaker == speaker)
+  ep = dataclasses.replace(talking_clip, clips=(dataclasses.replace(script, present=(listener,), utterances=utts),))
+  obs, reverse = _memorize(ep, tmp_path, speaker_fps=0.0)
+  assert obs[0].speakers is None and _joined(obs, reverse, ep) == {(listener, speaker)}  # the old rule's mistake
+  obs, reverse = _memorize(ep, tmp_path, speaker_fps=5.0)
+  assert obs[0].speakers == () and _joined(obs, reverse, ep) == set()

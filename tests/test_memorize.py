@@ -239,6 +239,39 @@ def test_template_writer_votes_equivalences_across_clips():
   assert resumed.write([_clip(3, [0, 5], [(1, "x")])])[0].semantic == ()
 
 
+def test_with_the_cue_its_pairs_vote_and_nothing_else():
+  """The active-speaker cue's pairs vote (two in one clip); a clip it is sure of nobody in votes for nothing, even
+  with one face and one voice; a text model's own equivalence gives way to the cue's."""
+  import dataclasses
+  w = TemplateWriter()
+  both = dataclasses.replace(_clip(0, [0, 5], [(1, "a"), (2, "b")]), speakers=((0, 1, 0.8), (5, 2, 0.7)))
+  assert w.write([both])[0].semantic == ("Equivalence: <face_0>, <voice_1>", "Equivalence: <face_5>, <voice_2>")
+  unsure = dataclasses.replace(_clip(1, [3], [(4, "c")]), speakers=())
+  assert w.write([unsure])[0].semantic == () and (3, 4) not in w.votes
+  assert w.write([dataclasses.replace(unsure, speakers=None)])[0].semantic == ("Equivalence: <face_3>, <voice_4>",)
+  reply = '{"video_description": ["<face_3> waves."], "high_level_conclusions": ["Equivalence: <face_3>, <voice_4>"]}'
+  llm = LLMWriter(lambda b: [reply] * len(b))
+  assert llm.write([unsure])[0].semantic == ()
+  sure = dataclasses.replace(unsure, faces=unsure.faces + (FaceObservation(9, 3, 0.0, 9.0),), speakers=((9, 4, 0.9),))
+  assert llm.write([sure])[0].semantic == ("Equivalence: <face_9>, <voice_4>",)
+  again = ClipObservation.from_json(json.loads(json.dumps(sure.to_json())))
+  assert again == sure and "speakers" not in unsure.__class__(0, 0.0, 30.0).to_json()
+
+
+def test_the_cue_reads_denser_frames_but_detects_faces_on_the_same_ones():
+  from m3jax.memorize.perceive import detection_frames
+  from m3jax.memorize.pipeline import memory_settings, settings_mismatch
+  assert detection_frames(np.arange(25) / 5, 1.0).tolist() == [0, 5, 10, 15, 20]
+  assert detection_frames(np.array([0.0, 0.4, 0.9, 1.3, 2.2, 2.5]), 1.0).tolist() == [0, 3, 4]
+  cue = MemorizeConfig(perception=PerceptionConfig(speaker_fps=5.0))
+  old = memory_settings(MemorizeConfig(), "template")
+  assert "speaker_fps" not in old["perception"] and settings_mismatch(old, memory_settings(MemorizeConfig(), "template")) == []
+  assert settings_mismatch(old, memory_settings(cue, "template")) == ["perception.speaker_fps: stored off, now 5.0"]
+  assert settings_mismatch(memory_settings(cue, "template"), old) != []
+  with pytest.raises(ValueError, match="speaker_fps"):
+    PerceptionConfig(speaker_fps=0.5)
+
+
 def test_llm_writer_contract_retries_and_fallback():
   clip = _clip(0, [3], [(7, "I like tea.")])
   good = '```json\n{"video_descriptions": ["<face_3> drinks tea.", "<face_9> waves."], ' \

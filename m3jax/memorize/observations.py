@@ -39,6 +39,9 @@ class ClipObservation:
   duration: float
   faces: tuple[FaceObservation, ...] = ()
   speech: tuple[SpeechObservation, ...] = ()
+  # the active-speaker cue's confident (face node, voice node, score) pairs; None when the cue did not run
+  # (`PerceptionConfig.speaker_fps` 0), () when it ran and was sure of no pair
+  speakers: tuple[tuple[int, int, float], ...] | None = None
 
   @property
   def voice_ids(self) -> list[int]:
@@ -50,13 +53,18 @@ class ClipObservation:
     return out
 
   def to_json(self) -> dict[str, Any]:
-    return dataclasses.asdict(self)
+    out = dataclasses.asdict(self)
+    if self.speakers is None:  # a record without the cue reads as before it existed
+      del out["speakers"]
+    return out
 
   @classmethod
   def from_json(cls, d: dict[str, Any]) -> "ClipObservation":
+    speakers = d.get("speakers")
     return cls(clip=int(d["clip"]), start=float(d["start"]), duration=float(d["duration"]),
                faces=tuple(FaceObservation(**f) for f in d.get("faces", ())),
-               speech=tuple(SpeechObservation(**s) for s in d.get("speech", ())))
+               speech=tuple(SpeechObservation(**s) for s in d.get("speech", ())),
+               speakers=None if speakers is None else tuple((int(f), int(v), float(x)) for f, v, x in speakers))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -172,7 +172,7 @@ class OmniWriter(FallbackState):
         self.failures += 1
         out[i] = template[i]
         continue
-      out[i] = self.validated(epi, sem, clips[i])
+      out[i] = self.validated(epi, sem, clips[i], template[i])
     return out
 
 

@@ -37,14 +37,16 @@ class PoolError(ValueError):
 
 
 def _settings(episode: EpisodeConfig, memorize: MemorizeConfig) -> dict:
-  return json.loads(json.dumps({"episode": episode.settings_dict(), "memorize": dataclasses.asdict(memorize)},
-                               sort_keys=True, default=str))
+  """What decides a memorized episode, JSON-normalised (fields that are off and newer than the pool left out, so
+  older entries keep their keys)."""
+  settings = {**dataclasses.asdict(memorize), "perception": memorize.perception.settings_dict()}
+  return json.loads(json.dumps({"episode": episode.settings_dict(), "memorize": settings}, sort_keys=True,
+                               default=str))
 
 
 def entry_key(episode: EpisodeConfig, memorize: MemorizeConfig) -> str:
   """A short hash of what decides a memorized episode (the episode config and the memorize settings)."""
-  blob = json.dumps({"episode": episode.settings_dict(), "memorize": dataclasses.asdict(memorize)},
-                    sort_keys=True, default=str)
+  blob = json.dumps(_settings(episode, memorize), sort_keys=True)
   return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 

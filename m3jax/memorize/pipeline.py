@@ -45,7 +45,7 @@ from m3jax.perception.asr_models import DEFAULT_ASR, check_name
 
 FORMAT = "m3jax.memory_dir"
 VERSION = 1
-STAGES = ("decode", "faces", "voices", "asr", "write", "insert", "save")
+STAGES = ("decode", "faces", "voices", "asr", "speakers", "write", "insert", "save")
 
 
 class MemoryDirError(ValueError):
@@ -146,7 +146,7 @@ def memory_settings(config: MemorizeConfig, writer: str) -> dict[str, Any]:
   if writer == "llm" and config.writer_adapter is not None:
     model = f"adapter:{config.writer_adapter}"
   settings = {"clip_seconds": config.clip_seconds, "min_clip_seconds": config.min_clip_seconds,
-              "perception": dataclasses.asdict(config.perception), "graph": dataclasses.asdict(config.graph),
+              "perception": config.perception.settings_dict(), "graph": dataclasses.asdict(config.graph),
               "writer": writer, "writer_model": model, "asr": config.asr}
   return json.loads(json.dumps(settings))
 
@@ -159,9 +159,13 @@ def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def settings_mismatch(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
-  """`key: stored X, now Y` for every recorded setting that differs (keys an older manifest lacks are skipped)."""
-  now = _flat(current)
-  return [f"{k}: stored {v!r}, now {now.get(k)!r}" for k, v in _flat(recorded).items() if now.get(k) != v]
+  """`key: stored X, now Y` for every recorded setting that differs. Keys an older manifest lacks are skipped,
+  except the active-speaker cue's: a record without them was memorized with the cue off."""
+  now, then = _flat(current), _flat(recorded)
+  out = [f"{k}: stored {v!r}, now {now.get(k)!r}" for k, v in then.items() if now.get(k) != v]
+  if "perception.speaker_fps" in now and "perception.speaker_fps" not in then:
+    out.append(f"perception.speaker_fps: stored off, now {now['perception.speaker_fps']!r}")
+  return out
 
 
 def video_digest(path: pathlib.Path) -> str:
@@ -269,7 +273,7 @@ class Memorizer:
     start = time.perf_counter()
     total = int(-(-info.duration // self.config.clip_seconds)) if info.duration else None
     bar = _progress(total, first_in_video, progress)
-    clips = media.iter_clips(video, self.config.clip_seconds, self.config.perception.face_fps,
+    clips = media.iter_clips(video, self.config.clip_seconds, self.config.perception.decode_fps,
                              self.config.perception.max_side, first_clip=first_in_video,
                              min_seconds=self.config.min_clip_seconds)
     try:  # the bar ends its line even on Ctrl-C, so the CLI's message starts on a fresh one

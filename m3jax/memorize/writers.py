@@ -3,9 +3,11 @@
 All writers share one batched interface, `write(clips) -> list[ClipMemories]`, plus a JSON state so a resumed
 memorization continues exactly where it stopped:
   * `TemplateWriter` — deterministic memories straight from perception ("<face_3> is present.",
-    "<voice_5> says: "..."", "<voice_5>'s name is Lily." for self-introductions) and face–voice equivalences from
-    clips with exactly one visible face and one voice (the paper's meta-clip idea), voted across clips so a single
-    noisy clip cannot tie a voice to the wrong face.
+    "<voice_5> says: "..."", "<voice_5>'s name is Lily." for self-introductions) and face–voice equivalences,
+    voted across clips so a single noisy clip cannot tie a voice to the wrong face. The votes come from the
+    active-speaker cue's confident pairs when perception ran it (`PerceptionConfig.speaker_fps`), else from clips
+    with exactly one visible face and one voice (the paper's meta-clip idea; wrong when the voice is off screen).
+    Model-backed writers take their equivalences from the cue too when it ran: a text model cannot see who speaks.
   * `LLMWriter` — a text LLM writes both memory kinds from the structured perception under the reference prompt's
     JSON contract (either `video_description` or `video_descriptions`, plus `high_level_conclusions`), with bounded
     retries; a memory naming an entity the clip's perception does not hold (an invented id, any face tag in a clip
@@ -127,13 +129,20 @@ class TemplateWriter:
         fact = f"<voice_{s.node_id}>'s name is {m.group(1).capitalize()}."
         if fact not in semantic:
           semantic.append(fact)
-    voices = clip.voice_ids
-    if len(faces) == 1 and len(voices) == 1:
-      pair = (faces[0].node_id, voices[0])
-      self.votes[pair] += 1
-      if self._winner(*pair):
-        semantic.insert(0, f"Equivalence: <face_{pair[0]}>, <voice_{pair[1]}>")
+    semantic[:0] = self._equivalences(clip)
     return ClipMemories(tuple(episodic), tuple(semantic))
+
+  def _equivalences(self, clip: ClipObservation) -> list[str]:
+    """This clip's votes, and the equivalences that win. With the active-speaker cue, its confident pairs vote
+    (a clip where it is sure of nobody votes for nothing, whatever it shows); without it, a clip with one face and
+    one voice votes for that pair (wrong when the voice belongs to someone off screen)."""
+    if clip.speakers is not None:
+      pairs = [(f, v) for f, v, _ in clip.speakers]
+    else:
+      voices = clip.voice_ids
+      pairs = [(clip.faces[0].node_id, voices[0])] if len(clip.faces) == 1 and len(voices) == 1 else []
+    self.votes.update(pairs)
+    return [f"Equivalence: <face_{f}>, <voice_{v}>" for f, v in pairs if self._winner(f, v)]
 
 
 def clip_prompt(clip: ClipObservation, instruction: str = MEMORY_PROMPT) -> list[Message]:
@@ -233,10 +242,15 @@ class FallbackState:
     self.failures = int(state.get("failures", 0))
     self.dropped = int(state.get("dropped", 0))
 
-  def validated(self, episodic: list[str], semantic: list[str], clip: ClipObservation) -> ClipMemories:
-    """The parsed memories minus those naming entities not in `clip` (`_known_ids_only`), counted in `dropped`."""
+  def validated(self, episodic: list[str], semantic: list[str], clip: ClipObservation,
+                template: ClipMemories) -> ClipMemories:
+    """The parsed memories minus those naming entities not in `clip` (`_known_ids_only`), counted in `dropped`.
+    With the active-speaker cue, the clip's equivalences are the cue's (the template's for this clip) and the
+    model's own are dropped: a text model does not see who speaks."""
     epi, sem = _known_ids_only(episodic, clip), _known_ids_only(semantic, clip)
     self.dropped += len(episodic) + len(semantic) - len(epi) - len(sem)
+    if clip.speakers is not None:
+      sem = [x for x in template.semantic if is_equivalence(x)] + [x for x in sem if not is_equivalence(x)]
     return ClipMemories(tuple(epi), tuple(sem))
 
 
@@ -276,7 +290,7 @@ class LLMWriter(FallbackState):
         except WriterOutputError:
           failed.append(i)
           continue
-        out[i] = self.validated(epi, sem, clips[i])
+        out[i] = self.validated(epi, sem, clips[i], template[i])
       todo = failed
     for i in todo:
       self.failures += 1
