@@ -36,6 +36,7 @@ perception_episodes=…, split=…) judge=strict; NA where an answerer did not r
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import pathlib
 import sys
@@ -46,7 +47,9 @@ import numpy as np
 
 from m3jax.control.controller import Question
 from m3jax.eval.judges import JudgeItem, RuleJudge, make_judge, score_answers
-from m3jax.memorize.perception_pool import entry_key, perceived_episodes
+from m3jax.memorize.perceive import PerceptionConfig
+from m3jax.memorize.perception_pool import DEMO_EPISODE, entry_key, perceived_episodes
+from m3jax.memorize.pipeline import MemorizeConfig
 from m3jax.data.episodes import QUESTION_TYPES
 from m3jax.data.memory_qa import make_task, split_questions
 from m3jax.data.questions import HELDOUT_SEED_START, NOT_IN_MEMORY, TEST_SEED_START
@@ -195,11 +198,15 @@ def question_record(task: str, split: str, kind: str, r, answer: str, detail: di
 perception_key = entry_key  # the cache's key: a short hash of the episode config and the memorize settings
 
 
-def perception_task(root: pathlib.Path, seeds: list[int], progress: bool = True):
+def perception_task(root: pathlib.Path, seeds: list[int], progress: bool = True, talking: bool = False,
+                    speaker_fps: float = 0.0):
   """Episodes `seeds` in the demo's shape, each rendered and memorized end to end in its cached entry under
   `root` (`m3jax.memorize.perception_pool`), asked their own questions: (graphs, records, embedder),
-  records[i].memory_id indexing graphs."""
-  graphs, records, embed, _ = perceived_episodes(root, seeds, progress=progress)
+  records[i].memory_id indexing graphs. `talking`: the speaker's mouth moves (`EpisodeConfig.talking_faces`);
+  `speaker_fps`: memorized with the active-speaker cue at that rate (0: off)."""
+  episode = dataclasses.replace(DEMO_EPISODE, talking_faces=talking)
+  memorize = MemorizeConfig(perception=PerceptionConfig(speaker_fps=speaker_fps))
+  graphs, records, embed, _ = perceived_episodes(root, seeds, episode, memorize, progress=progress)
   return graphs, records, embed
 
 
@@ -240,20 +247,24 @@ def result_line(results: dict, diffs: dict, n: int, split: str) -> str:
 
 def join_records(files: list[str]) -> None:
   """Rebuilds the report and RESULT line from per-question JSONL files of earlier runs (one answerer per run
-  fits a deadline; the paired intervals need them side by side). `LABEL=FILE` renames that file's `trained`
-  answerer (another adapter), which is then compared with the shipped `trained` as LABEL − trained. Every answerer
-  of a task must have answered the same questions."""
+  fits a deadline; the paired intervals need them side by side). `LABEL=FILE` renames that file's answerers
+  (`trained` -> LABEL: another adapter; any other X -> LABEL_X: e.g. other memories), each then compared with the
+  unlabelled answerer it came from (LABEL − trained, LABEL_rules − rules). A talking rendering's questions pair with
+  the still rendering's (the same script). Every answerer of a task must have answered the same questions."""
   rows: dict = {}
+  base: dict = {}  # answerer as joined -> the answerer it is compared with (its own kind in a LABEL=FILE run)
   split = set()
   for spec in files:
     label, _, path = spec.rpartition("=")
     for line in pathlib.Path(path).read_text().splitlines():
       r = json.loads(line)
-      kind = label if label and r["answerer"] == "trained" else r["answerer"]
+      kind = r["answerer"] if not label else label if r["answerer"] == "trained" else f"{label}_{r['answerer']}"
+      base[kind] = r["answerer"]
       key = (r["task"], kind)
-      if r["question_id"] in rows.setdefault(key, {}):
+      qid = r["question_id"].replace("_talking_", "_")  # a talking rendering asks the still one's questions
+      if qid in rows.setdefault(key, {}):
         sys.exit(f"controller_eval --join: {kind} answered {r['question_id']} ({r['task']}) twice ({path})")
-      rows[key][r["question_id"]] = r
+      rows[key][qid] = r
       split.add(r["split"])
   if len(split) != 1:
     sys.exit(f"controller_eval --join: the files mix splits {sorted(split)}")
@@ -280,10 +291,10 @@ def join_records(files: list[str]) -> None:
             f"{sum(un)}/{len(un)}, false declines {sum(false)}/{len(false)}; n={len(recs)}", flush=True)
       results[task, kind] = s
     diffs[task] = paired_differences(results, task)
-    for other in (k for k in kinds if k not in ("trained", "rules", "untrained") and (task, "trained") in results):
+    for other in (k for k in kinds if base[k] != k and (task, base[k]) in results):
       for judge, key in (("strict", "correct"), ("contains", "contains_correct")):
-        d, lo, hi = paired_bootstrap(results[task, other][key], results[task, "trained"][key])
-        print(f"[{task}] {other} − trained: {judge} {d:+.3f} [{lo:+.3f}, {hi:+.3f}] (paired bootstrap, 95%)")
+        d, lo, hi = paired_bootstrap(results[task, other][key], results[task, base[other]][key])
+        print(f"[{task}] {other} − {base[other]}: {judge} {d:+.3f} [{lo:+.3f}, {hi:+.3f}] (paired bootstrap, 95%)")
     if task == "perception":
       results["perception_n"] = len(ids)
       results["perception_episodes"] = len({i.rsplit("_Q", 1)[0] for i in ids})
@@ -310,6 +321,9 @@ def main() -> None:
                   help="episodes memorized end to end (issue 41 asks >= 10 and >= 120 questions on test)")
   ap.add_argument("--perception-dir", default="runs/controller_eval_perception",
                   help="where they are rendered and memorized (a directory per episode and settings, reused)")
+  ap.add_argument("--talking-faces", action="store_true", help="perception episodes show the speaker's mouth moving")
+  ap.add_argument("--speaker-fps", type=float, default=0.0, help="memorize them with the active-speaker cue at this "
+                  "rate (equivalences from the cue; 0: off, today's default)")
   ap.add_argument("--records", default=None, help="per-question JSONL (default runs/controller_eval/<split>.jsonl)")
   ap.add_argument("--resume", action="store_true", help="keep the --records file's answers and answer only the "
                   "questions it lacks (each record is written as its question ends, so a stopped run loses none)")
@@ -342,7 +356,8 @@ def main() -> None:
   first = TEST_SEED_START if args.split == "test" else HELDOUT_SEED_START
   seeds = list(range(first, first + args.perception_episodes))
   tasks = {t: split_task(args.n, args.split, embed, dim) + (embed,) if t == "gold"
-           else perception_task(pathlib.Path(args.perception_dir), seeds) for t in tasks}
+           else perception_task(pathlib.Path(args.perception_dir), seeds, talking=args.talking_faces,
+                                speaker_fps=args.speaker_fps) for t in tasks}
   done = answered(out_path, args.split) if args.resume else set()
   results: dict = {}
   diffs: dict = {}

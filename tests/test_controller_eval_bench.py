@@ -1,5 +1,6 @@
 """bench/controller_eval.py's scoring and RESULT line on constructed answers (no model runs)."""
 
+import pathlib
 import re
 
 import pytest
@@ -84,6 +85,12 @@ def test_join_rebuilds_the_result_line_from_separate_runs(bench, tmp_path, capsy
   assert fields["trained"] == "0.800" and fields["rules"] == "0.400" and fields["diff_rules"] == "0.400"
   assert float(fields["diff_rules_lo"]) > 0 and fields["n"] == "10" and fields["untrained"] == "NA"
   assert "false declines 2/10" in out and "[gold] stage2 − trained: strict +0.100" in out
+  # another memory's run (a talking rendering: its question ids say so) pairs with the still one's questions
+  cue = tmp_path / "c.jsonl"
+  cue.write_text(pathlib.Path(_write(tmp_path / "c0.jsonl", "rules", "gold", [True] * 7 + [False] * 3)).read_text()
+                 .replace("episode_2000000_Q", "episode_2000000_talking_Q"))
+  bench.join_records([trained, rules, f"cue={cue}"])
+  assert "[gold] cue_rules − rules: strict +0.300" in capsys.readouterr().out
   short = _write(tmp_path / "s.jsonl", "rules", "gold", [True] * 9)
   with pytest.raises(SystemExit, match="answered different gold questions"):
     bench.join_records([trained, short])
