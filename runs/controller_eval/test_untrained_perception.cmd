@@ -1,0 +1,1 @@
+python -m bench.controller_eval --split test --no-llm-judge --n 300 --tasks perception --perception-episodes 10 --answerers untrained --slots 16 --resume --records runs/controller_eval/test_untrained_perception.jsonl  # from a checkout of ae3441b; re-run the same command to continue a stopped run
