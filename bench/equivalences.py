@@ -17,6 +17,13 @@ speaker of the utterance it overlaps most):
   * seconds to memorize an episode (render included) and the cue's share.
 Test seeds (>= 2,000,000) are refused: the test split measures the shipped default, in bench.controller_eval.
 Final line: RESULT clip_precision_2face=… clip_recall_2face=… (and _1face, _3face, for cue and nocue) graph_precision…
+
+Measured 2026-12-05 (Intel Xeon Processor, 2 cores, load 5-7 from other jobs), 8 train episodes from seed 200
+(runs/equivalences/train.log): the cue's clip votes are right 39 of 39 and find every speaking person on screen
+(1-face clips 16/16, 2-face 21/21, 3-face 2/2); the one-face-one-voice rule votes only in the 16 1-face clips (2-
+and 3-face recall 0). Each episode has solo clips, so both graphs end up joining all 16 people rightly; the cue joins
+them from the first clip that shows them speaking, and the rules answerer gains +0.025 [+0.005, +0.049] strict
+(0.490 vs 0.466, 204 questions; a dev-style number). The cue costs 0.4-4.8 s per 4-clip episode.
 """
 
 from __future__ import annotations
