@@ -24,6 +24,10 @@ Measured 2026-12-05 (Intel Xeon Processor, 2 cores, load 5-7 from other jobs), 8
 and 3-face recall 0). Each episode has solo clips, so both graphs end up joining all 16 people rightly; the cue joins
 them from the first clip that shows them speaking, and the rules answerer gains +0.025 [+0.005, +0.049] strict
 (0.490 vs 0.466, 204 questions; a dev-style number). The cue costs 0.4-4.8 s per 4-clip episode.
+End to end on the 10 test episodes of bench.controller_eval, rendered talking and memorized with the cue
+(`--talking-faces --speaker-fps 5`; runs/controller_eval/test_cue_*), against the same questions on today's still
+renders without it: rules 0.542 vs 0.515, +0.027 [+0.008, +0.050]; the shipped controller 0.401 both, +0.000
+[-0.011, +0.011] (strict, paired bootstrap, 262 questions). A 4-clip episode memorized in 33-43 s alone.
 """
 
 from __future__ import annotations
