@@ -1,6 +1,7 @@
 """configs/recipes.py: the shared DAPO recipe and controller sampling load with every config that uses them, from
 any directory and process, and the configs built on them kept every value they had when each spelled them out."""
 
+import dataclasses
 import os
 import pathlib
 import subprocess
@@ -20,7 +21,7 @@ def test_the_configs_load_the_recipe_from_another_directory_and_process(tmp_path
   neither the repository nor configs/, by absolute and by relative path."""
   relative = os.path.relpath(CONFIGS, tmp_path)
   script = ("import sys\nfrom m3jax.config import load_config\n"
-            f"for name in {USERS!r}:\n"
+            f"for name in {USERS + ('rl_controller_strict.py',)!r}:\n"
             f"  for path in ({str(CONFIGS)!r} + '/' + name, {relative!r} + '/' + name):\n"
             "    load_config(path)\n"
             "print('loaded', 'configs' in sys.modules, 'recipes' in sys.modules)\n")
@@ -83,3 +84,13 @@ def test_the_recipe_kept_the_values_the_configs_spelled_out():
       eval_every=1, eval_questions=24, out_dir="runs/rl_controller_warm", save_every=1)
   assert load_config(CONFIGS / "rl_smollm2.py") == smollm2
   assert load_config(CONFIGS / "rl_controller_warm.py") == warm
+
+
+def test_the_strict_run_is_the_shipped_recipe_paid_by_the_strict_judge_on_the_pool():
+  """configs/rl_controller_strict.py (issue 43) changes what the policy sees and how it is paid, nothing else."""
+  shipped, strict = load_config(CONFIGS / "rl_controller.py"), load_config(CONFIGS / "rl_controller_strict.py")
+  changed = {f.name for f in dataclasses.fields(strict) if getattr(strict, f.name) != getattr(shipped, f.name)}
+  assert changed == {"init_adapter", "judge", "steps", "seed", "pool_seeds", "pool_ratio",
+                     "eval_questions", "out_dir"}
+  assert strict.outcome_judge == "strict" and pathlib.Path(strict.init_adapter).name == "controller.npz"
+  assert strict.steps >= 150 and strict.batch_questions * strict.group_size >= 16 and 0 < strict.pool_ratio < 1

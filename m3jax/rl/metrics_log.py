@@ -7,6 +7,7 @@ import math
 import pathlib
 
 from m3jax.chunks import write_atomic
+from m3jax.eval.stats import wilson_interval
 
 
 class MetricsLog:
@@ -52,6 +53,11 @@ class MetricsLog:
     for ax, key in zip(axes[0], keys):
       pts = [(r["step"], r[key]) for r in rows if key in r]
       ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".")
+      if key == "eval/accuracy":  # its 95% Wilson band, where the line says over how many questions
+        band = [(r["step"], *wilson_interval(round(r[key] * r["eval/n"]), int(r["eval/n"])))
+                for r in rows if key in r and r.get("eval/n")]
+        if band:
+          ax.fill_between([b[0] for b in band], [b[1] for b in band], [b[2] for b in band], alpha=0.25)
       ax.set_title(key, fontsize=9)
       ax.set_xlabel("step")
     fig.tight_layout()

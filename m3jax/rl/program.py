@@ -205,6 +205,10 @@ class RLProgram:
     _, parts = self.rollout(shard(self.eval_records), seed=0, greedy=True, group=1)
     return float(np.concatenate([o for o in gather_objects(parts.get("outcome", np.zeros(0)))]).mean())
 
+  def eval_metrics(self) -> dict[str, float]:
+    """`evaluate()` as the curve logs it: the accuracy and how many questions it is over (its interval's n)."""
+    return {"eval/accuracy": self.evaluate(), "eval/n": float(len(self.eval_records))}
+
   # ------------------------------------------------------------------------------------------- training
   def warm_start(self, ckpt: checkpoint.Checkpointer | None = None,
                  budget: ChunkBudget | None = None) -> list[dict[str, float]]:
@@ -304,7 +308,7 @@ class RLProgram:
       first = dict(meta.get("warm", {}))                                # 0's log decides, for every process)
     if first is not None and (c.warm_start_steps or c.eval_every):
       if c.eval_every:  # the policy DAPO starts from, so the gain from RL itself shows
-        first["eval/accuracy"] = self.evaluate()
+        first.update(self.eval_metrics())
       if lead:
         log.write(0, first)
     history, saved = [], start
@@ -316,7 +320,7 @@ class RLProgram:
         break
       metrics = self.train_step(it, step)
       if c.eval_every and step % c.eval_every == 0:
-        metrics["eval/accuracy"] = self.evaluate()
+        metrics.update(self.eval_metrics())
       if lead:
         log.write(step, metrics)
       history.append(metrics)
