@@ -46,6 +46,26 @@ def test_fixture_queries_match_reference_port_in_one_batch(graphs, embedder, exc
     assert res.memories == (json.loads(want.split("Searched knowledge: ")[1].split("\n(")[0]))
 
 
+def test_a_batch_meets_only_the_graphs_it_touches(graphs, embedder, monkeypatch):
+  """A searcher holding many graphs hands the kernel only those a batch asks about, and answers each request as a
+  searcher over that graph alone does (the fixture's medium graph among copies of the small one)."""
+  from m3jax.memory import search as search_lib
+  calls = []
+  kernel = search_lib.search_batch
+  monkeypatch.setattr(search_lib, "search_batch", lambda *a, **k: calls.append(len(a[2])) or kernel(*a, **k))
+  many = [graphs[0]] * 6 + [graphs[1]] + [graphs[0]] * 3
+  _, req_s = _requests("small", 0)
+  _, req_m = _requests("medium", 0)
+  asked = [SearchRequest(8, r.query, r.route, r.before_clip, r.exclude_clips) for r in req_s[:4]]
+  asked += [SearchRequest(6, r.query, r.route, r.before_clip, r.exclude_clips) for r in req_m]
+  results = MemorySearcher(many, embedder).search(asked)
+  assert calls == [2]
+  to_first = lambda rs: [SearchRequest(0, r.query, r.route, r.before_clip, r.exclude_clips) for r in rs]
+  alone = (MemorySearcher([graphs[0]], embedder).search(to_first(asked[:4]))
+           + MemorySearcher([graphs[1]], embedder).search(to_first(asked[4:])))
+  assert [(r.text, r.clips) for r in results] == [(r.text, r.clips) for r in alone]
+
+
 def test_fixture_story_answers(graphs, embedder):
   qs, reqs = _requests("medium", 1)
   by_id = dict(zip([q["id"] for q in qs], MemorySearcher(graphs, embedder).search(reqs)))

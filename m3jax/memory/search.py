@@ -1,11 +1,11 @@
 """The controller's search tools over memory graphs: `search_clip` and `search_node` (reference §3).
 
 `MemorySearcher.search(requests)` answers a batch of questions over a batch of graphs with one embedder call
-(all back-translated variants, deduplicated and cached) and one jitted kernel call (`search_kernel`); graphs
-big enough (or configured) to use a ScaNN index are answered from the index's candidates instead. Output text
-is identical in format to the reference: `Searched knowledge: {json}` with face/voice tags translated to
-characters, equivalence lines hidden, and the empty-result sentence. Differences from the reference, on
-purpose: whole-tag (not substring) id replacement, and clips already returned to a question are excluded
+(all back-translated variants, deduplicated and cached) and one jitted kernel call (`search_kernel`) over the
+graphs the batch touches; graphs big enough (or configured) to use a ScaNN index are answered from the index's
+candidates instead. Output text is identical in format to the reference: `Searched knowledge: {json}` with
+face/voice tags translated to characters, equivalence lines hidden, and the empty-result sentence. Differences
+from the reference, on purpose: whole-tag (not substring) id replacement, and clips already returned to a question are excluded
 before top-k with backfill (`exclusion='reference'` reproduces the reference, which loses them).
 """
 
@@ -132,27 +132,35 @@ class MemorySearcher:
       self._emb_cache.clear()
     self._emb_cache.update(zip(todo, emb))
 
-  def _device_graphs(self) -> tuple:
-    """Per graph the device columns the kernel reads (synced incrementally, never copied or padded)."""
-    return tuple((g.text_emb.device(), g.text_clip.device(), g.text_node.device(), g.text_flags.device(),
-                  g.edge_text.device(), g.edge_entity.device(), g.edge_weight.device()) for g in self.graphs)
+  def _device_graph(self, g: MemoryGraph) -> tuple:
+    """The device columns the kernel reads of one graph (synced incrementally, never copied or padded)."""
+    return (g.text_emb.device(), g.text_clip.device(), g.text_node.device(), g.text_flags.device(),
+            g.edge_text.device(), g.edge_entity.device(), g.edge_weight.device())
 
   def _run_exact(self, requests: list[SearchRequest], prepared: list[_Prepared]):
-    """All requests in one kernel call, grouped by (graph, route); returns (clips, node rows) per request."""
+    """All requests in one kernel call, grouped by (graph, route); returns (clips, node rows) per request.
+
+    The call holds only the graphs the requests touch, ordered by their shapes. WHY: the kernel unrolls over the
+    graphs it is given and compiles once per set of shapes, so handing it every graph the searcher holds made a
+    searcher over RL's 144 graphs compile for ~40 s at each new request shape while a batch touched 4 of them;
+    ordered by shape, batches over different graphs of the same shapes share one compiled kernel."""
     c = self.config
     dim = self.graphs[0].config.text_dim
     n_k = next_pow2(max(len(p.related) for p in prepared), 1)
     n_x = next_pow2(max(len(r.exclude_clips) for r in requests), 1)
+    device = {gi: self._device_graph(self.graphs[gi]) for gi in sorted({r.graph_index for r in requests})}
+    touched = sorted(device, key=lambda gi: ([a.shape for a in device[gi]], gi))
+    slot = {gi: s for s, gi in enumerate(touched)}
     where: dict[int, tuple[int, int]] = {}
     blocks = {}
     for route in ("clip", "node"):
-      groups: list[list[int]] = [[] for _ in self.graphs]
+      groups: list[list[int]] = [[] for _ in touched]
       for i, r in enumerate(requests):
         if r.route == route:
-          groups[r.graph_index].append(i)
+          groups[slot[r.graph_index]].append(i)
       n_r = next_pow2(max(len(gr) for gr in groups)) if any(groups) else 0
       n_q = next_pow2(max(sum(len(prepared[i].variants) for i in gr) for gr in groups), 1)
-      n_g = len(self.graphs)
+      n_g = len(touched)
       q = np.zeros((n_g, n_q, dim), np.float32)
       owner = np.full((n_g, n_q), n_r, np.int32)                    # padding variants belong to no request
       related = np.full((n_g, n_r, n_k), -1, np.int32)
@@ -174,8 +182,8 @@ class MemorySearcher:
       blocks[route] = (q, owner, related, cut, before) + ((exclude,) if route == "clip" else ())
     blocks = jax.device_put(blocks)                       # one transfer call for every request array
     n_clips = next_pow2(max(g.max_clip for g in self.graphs) + 1)
-    clip_out, node_out = search_batch(blocks["clip"], blocks["node"], self._device_graphs(), n_clips=n_clips,
-                                      clip_k=min(c.clip_topk, n_clips), node_k=c.node_topk, clip_mode=c.clip_mode,
+    clip_out, node_out = search_batch(blocks["clip"], blocks["node"], tuple(device[gi] for gi in touched),
+                                      n_clips=n_clips, clip_k=min(c.clip_topk, n_clips), node_k=c.node_topk, clip_mode=c.clip_mode,
                                       exclude_first=c.exclusion == "backfill", no_semantic=c.ablation == "no_semantic",
                                       threshold=float(c.threshold),
                                       approx=c.tpu_approx_topk and jax.default_backend() == "tpu")
