@@ -1,4 +1,4 @@
-"""python train.py rl --config configs/rl_controller_strict.py --max-minutes 90   # chunk 1; then bash runs/rl_strict/continue.cmd
+"""python train.py rl --config configs/rl_controller_strict.py --max-minutes 90   # then: bash runs/rl_strict/continue.cmd
 
 Issue 43's controller run: DAPO paid by the strict judge, on the memories the product builds. It continues the
 shipped controller (m3jax/data/controller/controller.npz, stage 3 of configs/rl_controller.py) with its recipe

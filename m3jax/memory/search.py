@@ -5,8 +5,9 @@
 graphs the batch touches; graphs big enough (or configured) to use a ScaNN index are answered from the index's
 candidates instead. Output text is identical in format to the reference: `Searched knowledge: {json}` with
 face/voice tags translated to characters, equivalence lines hidden, and the empty-result sentence. Differences
-from the reference, on purpose: whole-tag (not substring) id replacement, and clips already returned to a question are excluded
-before top-k with backfill (`exclusion='reference'` reproduces the reference, which loses them).
+from the reference, on purpose: whole-tag (not substring) id replacement, and clips already returned to a
+question are excluded before top-k with backfill (`exclusion='reference'` reproduces the reference, which loses
+them).
 """
 
 from __future__ import annotations
@@ -183,7 +184,8 @@ class MemorySearcher:
     blocks = jax.device_put(blocks)                       # one transfer call for every request array
     n_clips = next_pow2(max(g.max_clip for g in self.graphs) + 1)
     clip_out, node_out = search_batch(blocks["clip"], blocks["node"], tuple(device[gi] for gi in touched),
-                                      n_clips=n_clips, clip_k=min(c.clip_topk, n_clips), node_k=c.node_topk, clip_mode=c.clip_mode,
+                                      n_clips=n_clips, clip_k=min(c.clip_topk, n_clips), node_k=c.node_topk,
+                                      clip_mode=c.clip_mode,
                                       exclude_first=c.exclusion == "backfill", no_semantic=c.ablation == "no_semantic",
                                       threshold=float(c.threshold),
                                       approx=c.tpu_approx_topk and jax.default_backend() == "tpu")
