@@ -111,7 +111,10 @@ def test_base_logits_match_transformers(base, base_speech):
   ref32, ref64 = torch_f32_f64(hf, lambda m, dt: m(input_features=torch.from_numpy(feats).to(dt),
                                                   decoder_input_ids=torch.from_numpy(tokens)).logits)
   out = _logits(transcriber.model, jnp.asarray(feats), jnp.asarray(tokens))
-  assert_close_to_reference(out, ref32, ref64, what="base logits")
+  # Whisper base's 6+6 layers over 1500 frames sit ~3x farther from float64 in XLA's float32 (erf GELU, blocked
+  # softmax) than in torch's: RMS ratio 2.66 on this repo's Intel Xeon, 3.15 on a CI machine. A wrong port (an eps,
+  # a missing bias) lands 100x+ away, so 4.5 still separates the two.
+  assert_close_to_reference(out, ref32, ref64, rms_factor=4.5, what="base logits")
 
 
 def test_base_transcripts_match_transformers_greedy(base, base_speech):
