@@ -17,17 +17,20 @@ measured in the same run before the steps: `matmul_gflop_s`, the best jitted flo
 (bench/learner_flops.py's shapes and 2048³), and `read_gb_s`, the rate of a jitted sum over as many float32 bytes
 as a decode step's weights. `prefill_of_floor` = model FLOPs of the fresh prefill tokens (`m3jax.rl.flops`,
 causal attention over cached + own positions, one logit row per prefilled row) / matmul rate / prefill seconds;
-`decode_of_floor` = max(decode steps × weight bytes / read rate, sampled tokens' weight FLOPs / matmul rate) /
-decode seconds; `learner_of_floor` = the update's model FLOPs / matmul rate / learner seconds. Search and judging
-run on the host (no FLOP floor). `prefill_fresh_tokens` were computed; `prefill_reused_tokens` were not, because
-a group's rows forked one prefill or a row continued its own cache.
+`decode_of_floor` = max((decode steps × weight bytes + the KV bytes the live rows need) / read rate, sampled
+tokens' weight FLOPs / matmul rate) / decode seconds (`m3jax.engine.work.kv_bytes`: past a few hundred cached
+tokens a row, the KV reads outweigh the weights'); `decode_kv_read_gb` is what the attention read (every row up to
+the longest row, in blocks), `decode_kv_needed_gb` what the live rows needed; `learner_of_floor` = the update's
+model FLOPs / matmul rate / learner seconds. Search and judging run on the host (no FLOP floor).
+`prefill_fresh_tokens` were computed; `prefill_reused_tokens` were not, because a group's rows forked one prefill
+or a row continued its own cache.
 
 Printed per step (parts summing to the wall), then the final line, where every `*_s`, token and GFLOP key is the
 mean over the steps (means of parts sum to the mean wall `wall_s`) and `dapo_steps_per_hour` is 3600 / the
 median wall:
 RESULT dapo_steps_per_hour=... trajectories_kept_per_hour=... wall_s=... rollout_s=... learner_s=... other_s=...
-prefill_s=... decode_s=... search_s=... judge_s=... rollout_rest_s=... prefill_fresh_tokens=...
-prefill_reused_tokens=... prefill_gflop=... decode_gflop=... learner_gflop=... prefill_of_floor=...
+prefill_s=... decode_s=... search_s=... judge_s=... rollout_rest_s=... decode_kv_read_gb=... decode_kv_needed_gb=...
+prefill_fresh_tokens=... prefill_reused_tokens=... prefill_gflop=... decode_gflop=... learner_gflop=... prefill_of_floor=...
 decode_of_floor=... learner_of_floor=... matmul_gflop_s=... read_gb_s=...
 prefill_tokens_saved=... slot_utilisation=... steps=... updates=... cpu=...
 `prefill_tokens_saved` is the share of prompt tokens not prefilled because a group's rows forked one prefill;
@@ -117,14 +120,17 @@ def main() -> None:
     p["prefill_gflop"] = rollout_flops(mcfg, fresh, m["work/prefill_attended"], m["work/prefill_rows"]) / 1e9
     p["decode_gflop"] = rollout_flops(mcfg, program.decode_tokens - sampled, 0, program.decode_tokens - sampled) / 1e9
     p["decode_row_steps"] = program.decode_row_steps - row_steps
-    p["decode_floor_s"] = max(m["work/decode_steps"] * weight_bytes / read / 1e9, p["decode_gflop"] / rate)
+    p["decode_kv_read_gb"], p["decode_kv_needed_gb"] = m["work/decode_kv_read"] / 1e9, m["work/decode_kv_needed"] / 1e9
+    p["decode_floor_s"] = max((m["work/decode_steps"] * weight_bytes / 1e9 + p["decode_kv_needed_gb"]) / read,
+                              p["decode_gflop"] / rate)
     p["learner_gflop"] = m.get("perf/learn_model_gflop_s", 0.0) * p["learner_s"]
     rows.append(p)
     print(f"step {step}: {walls[-1]:.1f} s = prefill {p['prefill_s']:.1f} + decode {p['decode_s']:.1f} + search "
           f"{p['search_s']:.1f} + judge {p['judge_s']:.1f} + rollout rest {p['rollout_rest_s']:.1f} + learner "
           f"{p['learner_s']:.1f} (update {m.get('time/update_s', 0.0):.1f}) + other {p['other_s']:.1f}; prefill "
           f"{fresh:.0f} fresh / {p['prefill_reused_tokens']:.0f} reused tokens {p['prefill_gflop']:.1f} GFLOP; "
-          f"decode {m['work/decode_steps']:.0f} steps {p['decode_gflop']:.1f} GFLOP; learner "
+          f"decode {m['work/decode_steps']:.0f} steps {p['decode_gflop']:.1f} GFLOP, KV read "
+          f"{p['decode_kv_read_gb']:.1f} GB of which needed {p['decode_kv_needed_gb']:.1f}; learner "
           f"{p['learner_gflop']:.1f} GFLOP; {kept[-1]:.0f} trajectories kept; load {os.getloadavg()[0]:.2f}",
           flush=True)
   mean = {k: statistics.fmean(r[k] for r in rows) for k in rows[0]}
@@ -141,6 +147,7 @@ def main() -> None:
       learner_s=f"{mean['learner_s']:.1f}", other_s=f"{mean['other_s']:.1f}", **secs,
       prefill_fresh_tokens=f"{mean['prefill_fresh_tokens']:.0f}",
       prefill_reused_tokens=f"{mean['prefill_reused_tokens']:.0f}", prefill_gflop=f"{mean['prefill_gflop']:.1f}",
+      decode_kv_read_gb=f"{mean['decode_kv_read_gb']:.1f}", decode_kv_needed_gb=f"{mean['decode_kv_needed_gb']:.1f}",
       decode_gflop=f"{mean['decode_gflop']:.1f}", learner_gflop=f"{mean['learner_gflop']:.1f}",
       prefill_of_floor=f"{frac(mean['prefill_gflop'], mean['prefill_s']):.3f}",
       decode_of_floor=f"{decode_of_floor:.3f}",

@@ -4,6 +4,7 @@ import numpy as np
 from flax import nnx
 
 from m3jax.engine.sampling import Sampler, SamplingConfig
+from m3jax.engine.work import kv_bytes
 from m3jax.models.decoder import Decoder, DecoderConfig
 from m3jax.rl.flops import decode_weight_bytes, rollout_flops
 from m3jax.rl.step_work import StepWork, TimedSearcher
@@ -28,6 +29,30 @@ def test_sampler_counts_fresh_reused_and_attended_tokens_and_times_both_phases()
   assert w.prefill_rows == 5 and w.prefill_reused == int(cached[0] + cached[2])
   assert sampler.prefill_tokens - before[1] == sum(n.values())
   assert w.prefill_attended - before[0] == sum(k * int(cached[b]) + k * (k + 1) // 2 for b, k in n.items())
+
+
+def test_kv_bytes_counts_the_blocks_read_and_the_live_rows_slots():
+  model = Decoder(CFG, rngs=nnx.Rngs(0))
+  cache = model.init_cache(2, 64)  # 64 slots: one 64-slot block; a slot of both layers' keys and values
+  slot = 2 * CFG.num_layers * CFG.num_kv_heads * CFG.head_dim * 4
+  # row 0 starts with 10 slots and samples 3 tokens; row 1 with 70 > 64 is impossible, so 60 and 1 token
+  read, needed = kv_bytes(cache, np.array([10, 60]), np.array([3, 1]), 3)
+  assert read == 3 * 2 * 64 * slot  # every step reads the whole block for both rows
+  assert needed == ((11 + 12 + 13) + 61) * slot  # row 1 is live at step 0 only
+  assert kv_bytes(cache, np.array([10, 60]), np.array([3, 1]), 0) == (0, 0)
+  big = model.init_cache(3, 1024)  # 256-slot blocks: rows of 5, 300 and 0 (padding) slots, 2 steps
+  read, needed = kv_bytes(big, np.array([5, 300, 0]), np.array([2, 2, 0]), 2)
+  assert read == 2 * 3 * 512 * slot and needed == (6 + 7 + 301 + 302) * slot
+
+
+def test_sampler_counts_the_kv_its_decode_reads():
+  sampler = Sampler(Decoder(CFG, rngs=nnx.Rngs(0)), SamplingConfig(max_new_tokens=6, greedy=True,
+                                                                    length_buckets=(16, 64)))
+  out = sampler.generate([list(range(1, 6)), list(range(1, 12))])
+  w, n = sampler.work, [len(t) for t in out.tokens]
+  slot = 2 * CFG.num_layers * CFG.num_kv_heads * CFG.head_dim * 4
+  assert w.decode_kv_needed == sum(start + min(i + 1, k) for start, k in zip((5, 11), n) for i in range(k)) * slot
+  assert w.decode_kv_read == w.decode_steps * 2 * 64 * slot >= w.decode_kv_needed > 0
 
 
 def test_timed_searcher_and_step_shares():

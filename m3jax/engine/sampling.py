@@ -43,7 +43,7 @@ from jax.sharding import Mesh
 from m3jax.engine.constrained import TokenConstraint
 from m3jax.engine.decode import SamplingConfig, _decode, _decode_options
 from m3jax.engine.prefill import TRACES, fork, prefill, prefill_subset, put_rows, scatter_logits, tokens_of
-from m3jax.engine.work import EngineWork
+from m3jax.engine.work import EngineWork, kv_bytes
 from m3jax.models.decoder import Decoder
 from m3jax.parallel import named_sharding
 
@@ -353,6 +353,7 @@ class Sampler:
   def _run_decode(self, cache, logits, idle: np.ndarray, key: jax.Array, cfg: SamplingConfig,
                   constraint: TokenConstraint | None = None, starts: np.ndarray | None = None):
     B, N, t0 = idle.shape[0], cfg.max_new_tokens, time.perf_counter()
+    start_len = np.asarray(jax.device_get(cache.length)) if hasattr(cache, "length") else None
     carry = dict(step=jnp.int32(0), logits=logits, done=jnp.asarray(idle), n_gen=jnp.zeros((B,), jnp.int32),
                  tokens=jnp.zeros((B, N), jnp.int32), logp=jnp.zeros((B, N), jnp.float32),
                  key=key)
@@ -381,9 +382,10 @@ class Sampler:
           done = done | text_done
       if done.all() or step >= N:
         break
-    self.decode_row_steps += B * int(carry["step"])
-    self.work.decode(t0, int(carry["step"]))
-    self.decode_tokens += int(np.asarray(jax.device_get(carry["n_gen"])).sum())
+    n_gen = np.asarray(jax.device_get(carry["n_gen"]))
+    self.decode_row_steps += B * step
+    self.work.decode(t0, step, (0, 0) if start_len is None else kv_bytes(cache, start_len, n_gen, step))
+    self.decode_tokens += int(n_gen.sum())
     return carry["tokens"], carry["logp"], carry["n_gen"], carry["done"], cache
 
   def _finish(self, state, cache, out_tok, out_logp, n_gen, done, rows, cfg, constrained=False) -> SampleOutput:

@@ -12,7 +12,8 @@ from typing import Any
 
 from m3jax.engine.work import EngineWork
 
-ENGINE = ("prefill_s", "prefill_attended", "prefill_rows", "prefill_reused", "decode_s", "decode_steps")
+ENGINE = ("prefill_s", "prefill_attended", "prefill_rows", "prefill_reused", "decode_s", "decode_steps",
+          "decode_kv_read", "decode_kv_needed")
 
 
 @dataclasses.dataclass
