@@ -24,9 +24,10 @@ optionally by `llm` (the reference's entailment prompt on the frozen SmolLM2-135
 on mismatched pairs). Each accuracy comes with its 95% Wilson interval, each comparison (trained − rules, trained −
 untrained) with a paired bootstrap interval over the same questions (`m3jax.eval.stats`). Per answerer also
 declines, rounds / searches / format errors and seconds per question (the rules answerer has no rounds: it counts
-the searches it runs). `--records` gets one JSON line per question and answerer as it ends: question, truth, answer, both
-verdicts, the trajectory's searches, rounds and seconds, so any number can be checked; `--resume` keeps a stopped
-run's records and asks only the rest.
+the searches it runs). `--records` gets one JSON line per question and answerer as it ends: question, truth,
+answer, both verdicts, the trajectory's searches, rounds and seconds, the episode's clips and people, so any number
+can be checked; `--resume` keeps a stopped run's records and asks only the rest. `--sizes 3-10x2-3` draws each gold
+episode's clips and people per seed (`memory_qa.EpisodeSizes`); accuracy is printed against both, per answerer.
 Final line: RESULT trained=… trained_lo=… trained_hi=… rules=… untrained=… diff_rules=… diff_rules_lo=…
 diff_rules_hi=… n=… (then rules_lo/hi, diff_untrained…, the contains and llm columns, perception_trained=… (with
 _lo/_hi) perception_rules=… perception_untrained=… perception_diff_rules=… (_lo, _hi) perception_n=…
@@ -50,8 +51,8 @@ from m3jax.eval.judges import JudgeItem, RuleJudge, make_judge, score_answers
 from m3jax.memorize.perceive import PerceptionConfig
 from m3jax.memorize.perception_pool import DEMO_EPISODE, entry_key, perceived_episodes
 from m3jax.memorize.pipeline import MemorizeConfig
-from m3jax.data.episodes import QUESTION_TYPES
-from m3jax.data.memory_qa import make_task, split_questions
+from m3jax.data.episodes import EpisodeConfig, QUESTION_TYPES
+from m3jax.data.memory_qa import EpisodeSizes, make_task, split_questions
 from m3jax.data.questions import HELDOUT_SEED_START, NOT_IN_MEMORY, TEST_SEED_START
 from m3jax.memory.embedders import make_embedder
 from m3jax.eval.stats import accuracy_interval, paired_bootstrap
@@ -62,11 +63,42 @@ JUDGE = CONTAINS  # what filters the llm judge's mismatched pairs
 PAIRS = (("trained", "rules"), ("trained", "untrained"))  # (a, b): a − b with a paired interval
 
 
-def split_task(n: int, split: str, embed, dim: int):
-  """`n` family-balanced questions of `split` (`memory_qa.split_questions`) and the graphs of every episode drawn."""
-  seeds, records = split_questions(n, split)
-  graphs, _ = make_task(seeds, embed, dim, split=split)
-  return graphs, records
+def split_task(n: int, split: str, embed, dim: int, sizes: EpisodeSizes = EpisodeSizes()):
+  """`n` family-balanced questions of `split` (`memory_qa.split_questions`), the graphs of every episode drawn
+  (each of the size `sizes` draws for its seed) and {question id: (clips, people) of its episode}."""
+  seeds, records = split_questions(n, split, sizes=sizes)
+  graphs, _ = make_task(seeds, embed, dim, split=split, sizes=sizes)
+  shape = {i: sizes.episode(EpisodeConfig(), s) for i, s in enumerate(seeds)}
+  return graphs, records, {r.question_id: (shape[r.memory_id].num_clips, shape[r.memory_id].num_characters)
+                           for r in records}
+
+
+def parse_sizes(text: str) -> EpisodeSizes:
+  """'3-10x2-3' -> clips 3..10, people 2..3 ('' -> the default episode's shape)."""
+  if not text:
+    return EpisodeSizes()
+  try:
+    clips, people = ((int(a), int(b)) for a, b in (part.split("-") for part in text.split("x")))
+  except ValueError:
+    raise ValueError(f"--sizes {text!r}: expected CLIPS_LO-CLIPS_HIxPEOPLE_LO-PEOPLE_HI, e.g. 3-10x2-3") from None
+  return EpisodeSizes(clips=clips, people=people)
+
+
+def shape_table(rows: list[dict]) -> list[str]:
+  """Accuracy (strict, contains beside it, 95% Wilson intervals) of each task's answerers against the number of
+  clips and of people in the question's episode, from per-question records that carry them."""
+  lines = []
+  groups: dict = {}
+  for r in rows:
+    if "clips" in r:
+      for axis in ("clips", "people"):
+        groups.setdefault((r["task"], r["answerer"], axis, r[axis]), []).append(r)
+  for (task, kind, axis, value), rs in sorted(groups.items()):
+    acc, lo, hi = accuracy_interval([r["strict"] for r in rs])
+    c = accuracy_interval([r["contains"] for r in rs])
+    lines.append(f"[{task}] {kind} {axis}={value}: strict {acc:.3f} [{lo:.3f}, {hi:.3f}], contains {c[0]:.3f} "
+                 f"[{c[1]:.3f}, {c[2]:.3f}], n={len(rs)}")
+  return lines
 
 
 def heldout_task(n: int, embed, dim: int, first_seed: int = HELDOUT_SEED_START):
@@ -252,6 +284,7 @@ def join_records(files: list[str]) -> None:
   unlabelled answerer it came from (LABEL − trained, LABEL_rules − rules). A talking rendering's questions pair with
   the still rendering's (the same script). Every answerer of a task must have answered the same questions."""
   rows: dict = {}
+  every: list[dict] = []  # every record as read, for the table by episode size
   base: dict = {}  # answerer as joined -> the answerer it is compared with (its own kind in a LABEL=FILE run)
   split = set()
   for spec in files:
@@ -265,6 +298,7 @@ def join_records(files: list[str]) -> None:
       if qid in rows.setdefault(key, {}):
         sys.exit(f"controller_eval --join: {kind} answered {r['question_id']} ({r['task']}) twice ({path})")
       rows[key][qid] = r
+      every.append({**r, "answerer": kind})
       split.add(r["split"])
   if len(split) != 1:
     sys.exit(f"controller_eval --join: the files mix splits {sorted(split)}")
@@ -298,6 +332,7 @@ def join_records(files: list[str]) -> None:
     if task == "perception":
       results["perception_n"] = len(ids)
       results["perception_episodes"] = len({i.rsplit("_Q", 1)[0] for i in ids})
+  print("\n".join(shape_table(every)))
   n = len(next((v for (t, _), v in rows.items() if t == "gold"), {}))
   print(result_line(results, diffs, n, split.pop()))
 
@@ -327,6 +362,8 @@ def main() -> None:
   ap.add_argument("--records", default=None, help="per-question JSONL (default runs/controller_eval/<split>.jsonl)")
   ap.add_argument("--resume", action="store_true", help="keep the --records file's answers and answer only the "
                   "questions it lacks (each record is written as its question ends, so a stopped run loses none)")
+  ap.add_argument("--sizes", default="", help="gold episodes' clips and people drawn per seed, "
+                  "CLIPS_LO-HIxPEOPLE_LO-HI (e.g. 3-10x2-3; default: 3 clips, 2 people)")
   ap.add_argument("--join", nargs="+", metavar="[LABEL=]FILE", help="answer nothing: rebuild the report and RESULT "
                   "from these runs' --records files (LABEL names another adapter's `trained`)")
   args = ap.parse_args()
@@ -355,9 +392,21 @@ def main() -> None:
   llm_judge = None if args.no_llm_judge else make_judge("llm", args.base)
   first = TEST_SEED_START if args.split == "test" else HELDOUT_SEED_START
   seeds = list(range(first, first + args.perception_episodes))
-  tasks = {t: split_task(args.n, args.split, embed, dim) + (embed,) if t == "gold"
-           else perception_task(pathlib.Path(args.perception_dir), seeds, talking=args.talking_faces,
-                                speaker_fps=args.speaker_fps) for t in tasks}
+  try:
+    sizes = parse_sizes(args.sizes)
+  except ValueError as e:
+    sys.exit(f"controller_eval: {e}")
+  shapes = {}  # task -> {question id: (clips, people) of its episode}
+  built = {}
+  for t in tasks:
+    if t == "gold":
+      graphs, records, shapes[t] = split_task(args.n, args.split, embed, dim, sizes)
+      built[t] = (graphs, records, embed)
+    else:
+      built[t] = perception_task(pathlib.Path(args.perception_dir), seeds, talking=args.talking_faces,
+                                 speaker_fps=args.speaker_fps)
+      shapes[t] = {r.question_id: (DEMO_EPISODE.num_clips, DEMO_EPISODE.num_characters) for r in built[t][1]}
+  tasks = built
   done = answered(out_path, args.split) if args.resume else set()
   results: dict = {}
   diffs: dict = {}
@@ -374,8 +423,11 @@ def main() -> None:
         if not todo:
           continue
 
-        def write(i, answer, detail, todo=todo, kind=kind):
-          out.write(json.dumps(question_record(task, args.split, kind, todo[i], answer, detail)) + "\n")
+        def write(i, answer, detail, todo=todo, kind=kind, task=task):
+          clips, people = shapes[task][todo[i].question_id]
+          record = question_record(task, args.split, kind, todo[i], answer, {**detail, "clips": clips,
+                                                                              "people": people})
+          out.write(json.dumps(record) + "\n")
           out.flush()
         answers, stats, _ = run_answerer(kind, graphs, todo, task_embed, args.base, args.adapter, args.slots,
                                          on_answer=write)
@@ -386,6 +438,7 @@ def main() -> None:
         diffs[task] = paired_differences(results, task)
   if args.resume:  # the report covers every record of the file, the earlier runs' too
     return join_records([str(out_path)])
+  print("\n".join(shape_table([json.loads(line) for line in out_path.read_text().splitlines() if line.strip()])))
   results["perception_n"] = len(tasks["perception"][1]) if "perception" in tasks else 0
   results["perception_episodes"] = len(tasks["perception"][0]) if "perception" in tasks else 0
   print(result_line(results, diffs, len(tasks["gold"][1]) if "gold" in tasks else 0, args.split))

@@ -123,3 +123,24 @@ def test_a_stopped_run_resumes_where_it_stopped(bench, tmp_path, monkeypatch, ca
   assert strip(part.read_text().splitlines()) == strip(full)
   with pytest.raises(SystemExit, match="another split"):
     run(part, "--resume", "--split", "dev")
+
+
+def test_sized_episodes_report_accuracy_per_clips_and_people(bench, tmp_path, monkeypatch, capsys):
+  """--sizes draws each gold episode's clips and people per seed; every record carries them and the report has a
+  line per answerer and size."""
+  import json
+  import sys
+
+  path = tmp_path / "sized.jsonl"
+  monkeypatch.setattr(sys, "argv", ["controller_eval", "--split", "dev", "--n", "12", "--answerers", "rules",
+                                    "--tasks", "gold", "--embedder", "hashed", "--no-llm-judge", "--records",
+                                    str(path), "--sizes", "3-10x2-3"])
+  bench.main()
+  out = capsys.readouterr().out
+  rows = [json.loads(line) for line in path.read_text().splitlines()]
+  assert len(rows) == 12 and all(3 <= r["clips"] <= 10 and 2 <= r["people"] <= 3 for r in rows)
+  assert len({(r["clips"], r["people"]) for r in rows}) > 1  # several shapes among the episodes drawn
+  for r in rows:
+    assert f"[gold] rules clips={r['clips']}: strict" in out and f"[gold] rules people={r['people']}: strict" in out
+  with pytest.raises(ValueError, match="expected CLIPS_LO"):
+    bench.parse_sizes("3to10")

@@ -1,5 +1,6 @@
 """The episode generator: deterministic scripts, consistent annotations, and a real mp4 with faces and speech."""
 
+import dataclasses
 import json
 import os
 import re
@@ -405,3 +406,18 @@ def test_sft_data_sources_refuse_test_seeds(tmp_path):
   with pytest.raises(ValueError, match="test seeds"):
     writer_data.episode_pairs([TEST_SEED_START + 1], tmp_path, EpisodeConfig())
   assert not list(tmp_path.iterdir())
+
+
+def test_episode_sizes_are_drawn_per_seed_and_leave_the_default_alone():
+  from m3jax.data.memory_qa import EpisodeSizes
+
+  base = EpisodeConfig()
+  assert EpisodeSizes().episode(base, 7) == dataclasses.replace(base, seed=7)  # the default: every task unchanged
+  sizes = EpisodeSizes(clips=(3, 10), people=(2, 3))
+  drawn = [sizes.episode(base, s) for s in range(40)]
+  assert drawn == [sizes.episode(base, s) for s in range(40)]  # the seed alone decides
+  assert {e.num_clips for e in drawn} == set(range(3, 11)) and {e.num_characters for e in drawn} == {2, 3}
+  ep = make_episode(drawn[0])
+  assert len(ep.clips) == drawn[0].num_clips and len(ep.characters) == drawn[0].num_characters
+  with pytest.raises(ValueError, match="people=\\(2, 4\\) is not a range within 1..3"):
+    EpisodeSizes(people=(2, 4))

@@ -18,6 +18,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from m3jax.data.episodes import EpisodeConfig, make_episode, render_gold
+from m3jax.data.script import PHOTO_ORDER
 from m3jax.data.questions import (FAMILIES, HELDOUT_SEED_START, TEST_FAMILY, TEST_SEED_START, check_split,
                                   refuse_test_seeds, split_of)
 from m3jax.memory.designs import ClipPerception, make_design
@@ -38,6 +39,32 @@ class QARecord:
 
   def to_dict(self) -> dict:
     return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeSizes:
+  """Episode sizes drawn per seed: clips and people, each uniform over an inclusive range, from the seed alone.
+
+  WHY: a policy trained on one episode shape (3 clips, 2 people) lost to the rules answerer on larger episodes, so
+  training and evaluation draw several shapes. (0, 0) keeps the episode config's own value, so the default leaves
+  every task, its seeds' episodes and their ids as they were. People stop at 3: the renderer has one real face
+  photo per person and three ship (`script.PHOTO_ORDER`)."""
+
+  clips: tuple[int, int] = (0, 0)
+  people: tuple[int, int] = (0, 0)
+
+  def __post_init__(self):
+    for name, (lo, hi), top in (("clips", self.clips, 10_000), ("people", self.people, len(PHOTO_ORDER))):
+      if (lo, hi) != (0, 0) and not 1 <= lo <= hi <= top:
+        raise ValueError(f"episode sizes: {name}={lo, hi} is not a range within 1..{top} "
+                         f"(or (0, 0): the episode's own)")
+
+  def episode(self, episode: EpisodeConfig, seed: int) -> EpisodeConfig:
+    """`episode` for `seed`, its clips and people drawn for that seed (the same on any machine)."""
+    rng = np.random.default_rng([0x5123, int(seed)])  # a stream of its own: the script's draws are untouched
+    clips = int(rng.integers(self.clips[0], self.clips[1] + 1)) if self.clips != (0, 0) else episode.num_clips
+    people = int(rng.integers(self.people[0], self.people[1] + 1)) if self.people != (0, 0) else episode.num_characters
+    return dataclasses.replace(episode, seed=int(seed), num_clips=clips, num_characters=people)
 
 
 def _unit_rows(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
@@ -85,18 +112,19 @@ def episode_records(memory_id: int, qa: list[dict]) -> list[QARecord]:
 
 
 def make_task(seeds: Sequence[int], embed_fn: Callable[[Sequence[str]], np.ndarray], text_dim: int,
-              episode: EpisodeConfig = EpisodeConfig(), split: str | None = "train"
-              ) -> tuple[list[MemoryGraph], list[QARecord]]:
+              episode: EpisodeConfig = EpisodeConfig(), split: str | None = "train",
+              sizes: EpisodeSizes = EpisodeSizes()) -> tuple[list[MemoryGraph], list[QARecord]]:
   """Graphs for the episodes `seeds` (memory id = position in `seeds`) and all their questions. `split`
   ("train" | "dev" (or "heldout") | "test") refuses seeds of the other splits; None mixes train and dev (each
-  episode keeps its own: the RL program's training and curve graphs) and refuses test seeds."""
+  episode keeps its own: the RL program's training and curve graphs) and refuses test seeds. Each seed's
+  episode has the size `sizes` draws for it."""
   if split is not None:
     check_split(seeds, split)
   else:
     refuse_test_seeds(seeds, "make_task(split=None)")
   graphs, records = [], []
   for memory_id, seed in enumerate(seeds):
-    graph, qa = episode_graph(seed, embed_fn, text_dim, episode)
+    graph, qa = episode_graph(seed, embed_fn, text_dim, sizes.episode(episode, seed))
     graphs.append(graph)
     records.extend(episode_records(memory_id, qa))
   return graphs, records
@@ -109,28 +137,35 @@ def heldout_questions(n: int, first_seed: int = HELDOUT_SEED_START,
 
 
 def split_questions(n: int, split: str = "dev", first_seed: int | None = None,
-                    episode: EpisodeConfig = EpisodeConfig()) -> tuple[list[int], list[QARecord]]:
+                    episode: EpisodeConfig = EpisodeConfig(),
+                    sizes: EpisodeSizes = EpisodeSizes()) -> tuple[list[int], list[QARecord]]:
   """(episode seeds, `n` questions balanced over families): round-robin in a fixed shuffled family order, in each
   family the script's order, from consecutive episodes of `split` from `first_seed` (default: the split's first
   seed; memory id = position in the seeds). WHY balanced: a plain prefix would be mostly single-fact questions, the
   two-fact families being rarer in 3-clip episodes. The order shuffles the families that existed before the test
-  split (TEST_FAMILY comes last), so the dev questions stay the ones every dev number was measured on."""
+  split (TEST_FAMILY comes last), so the dev questions stay the ones every dev number was measured on. With drawn
+  `sizes`, the questions are also spread over episodes (at least n / 4 of them, each family's next question taken
+  from the episode asked least so far), so a large episode's many questions do not fill the set alone."""
+  spread = sizes != EpisodeSizes()
   if first_seed is None:
     first_seed = {"train": 0, "dev": HELDOUT_SEED_START, "heldout": HELDOUT_SEED_START,
                   "test": TEST_SEED_START}.get(split, -1)
   check_split([first_seed], split)
   seeds, records = [], []
-  while len(records) < 4 * n:
+  while len(records) < 4 * n or (spread and len(seeds) < -(-n // 4)):
     seeds.append(first_seed + len(seeds))
     if split_of(seeds[-1]) != split_of(first_seed):
       check_split(seeds, split)  # ran past the split's last seed
-    records += episode_records(len(seeds) - 1, make_episode(dataclasses.replace(episode, seed=seeds[-1])).qa_list)
+    records += episode_records(len(seeds) - 1, make_episode(sizes.episode(episode, seeds[-1])).qa_list)
   older = [f for f in FAMILIES if f != TEST_FAMILY]
   families = [older[i] for i in np.random.default_rng(0).permutation(len(older))] + [TEST_FAMILY]  # types mixed
   by_family = {f: [r for r in records if r.family == f] for f in families}
   picked: list[QARecord] = []
+  asked = np.zeros(len(seeds), int)
   while len(picked) < n:
     for f in families:
       if by_family[f] and len(picked) < n:
-        picked.append(by_family[f].pop(0))
+        i = int(np.argmin([asked[r.memory_id] for r in by_family[f]])) if spread else 0
+        picked.append(by_family[f].pop(i))
+        asked[picked[-1].memory_id] += 1
   return seeds, picked

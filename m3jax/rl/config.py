@@ -10,6 +10,7 @@ from m3jax.eval.judges import JUDGES, HTTPJudgeConfig
 from m3jax.memorize.pipeline import MemorizeConfig
 from m3jax.chunks import ChunkConfig
 from m3jax.data.episodes import EpisodeConfig
+from m3jax.data.memory_qa import EpisodeSizes
 from m3jax.data.questions import check_split
 from m3jax.distributed import DistributedConfig
 from m3jax.models.lora import LoRAConfig
@@ -40,6 +41,8 @@ class RLConfig:
   train_seeds: tuple[int, int] = (0, 32)
   eval_seeds: tuple[int, int] = (1_000_000, 1_000_008)
   episode: EpisodeConfig = EpisodeConfig()
+  # clips and people of each training / curve episode, drawn per seed (`memory_qa.EpisodeSizes`; default: `episode`'s)
+  episode_sizes: EpisodeSizes = EpisodeSizes()
   # perception-built memories (`m3jax.memorize.perception_pool`): train-split episodes [lo, hi) in `pool_episode`'s
   # shape (default the demo's), rendered and memorized end to end with `pool_memorize` (faces, voices, Whisper,
   # the default writer) and cached under `pool_dir` (built once, reused and grown across runs); DAPO then draws

@@ -71,7 +71,7 @@ class RLProgram:
     embed = make_embedder(cfg.embedder)
     dim = int(np.asarray(embed(["x"])).shape[-1])
     seeds = list(range(*cfg.train_seeds)) + list(range(*cfg.eval_seeds))
-    graphs, records = make_task(seeds, embed, dim, cfg.episode, split=None)
+    graphs, records = make_task(seeds, embed, dim, cfg.episode, split=None, sizes=cfg.episode_sizes)
     n_train = cfg.train_seeds[1] - cfg.train_seeds[0]
     self.train_records = [r for r in records if r.memory_id < n_train]
     self.eval_records = [r for r in records if r.memory_id >= n_train][:cfg.eval_questions]
