@@ -21,7 +21,7 @@ def test_the_configs_load_the_recipe_from_another_directory_and_process(tmp_path
   neither the repository nor configs/, by absolute and by relative path."""
   relative = os.path.relpath(CONFIGS, tmp_path)
   script = ("import sys\nfrom m3jax.config import load_config\n"
-            f"for name in {USERS + ('rl_controller_strict.py',)!r}:\n"
+            f"for name in {USERS + ('rl_controller_strict.py', 'rl_controller_sized.py')!r}:\n"
             f"  for path in ({str(CONFIGS)!r} + '/' + name, {relative!r} + '/' + name):\n"
             "    load_config(path)\n"
             "print('loaded', 'configs' in sys.modules, 'recipes' in sys.modules)\n")
@@ -94,3 +94,11 @@ def test_the_strict_run_is_the_shipped_recipe_paid_by_the_strict_judge_on_the_po
                      "eval_questions", "out_dir"}
   assert strict.outcome_judge == "strict" and pathlib.Path(strict.init_adapter).name == "controller.npz"
   assert strict.steps >= 150 and strict.batch_questions * strict.group_size >= 16 and 0 < strict.pool_ratio < 1
+
+
+def test_the_sized_run_is_the_strict_run_on_episodes_of_every_size():
+  """configs/rl_controller_sized.py (issue 43) changes the episodes' sizes and the run's directory, nothing else."""
+  strict, sized = load_config(CONFIGS / "rl_controller_strict.py"), load_config(CONFIGS / "rl_controller_sized.py")
+  changed = {f.name for f in dataclasses.fields(sized) if getattr(sized, f.name) != getattr(strict, f.name)}
+  assert changed == {"episode_sizes", "out_dir"}
+  assert (sized.episode_sizes.clips, sized.episode_sizes.people) == ((3, 10), (2, 3))

@@ -421,3 +421,12 @@ def test_episode_sizes_are_drawn_per_seed_and_leave_the_default_alone():
   assert len(ep.clips) == drawn[0].num_clips and len(ep.characters) == drawn[0].num_characters
   with pytest.raises(ValueError, match="people=\\(2, 4\\) is not a range within 1..3"):
     EpisodeSizes(people=(2, 4))
+
+
+def test_spread_over_episodes_takes_questions_round_robin_over_episodes():
+  from m3jax.data.memory_qa import QARecord, spread_over_episodes
+
+  recs = [QARecord(f"q{m}_{i}", "?", "a", (), m, None) for m, k in ((0, 5), (1, 1), (2, 3)) for i in range(k)]
+  got = [r.question_id for r in spread_over_episodes(recs, 6)]
+  assert got == ["q0_0", "q1_0", "q2_0", "q0_1", "q2_1", "q0_2"]
+  assert len(spread_over_episodes(recs, 100)) == len(recs)

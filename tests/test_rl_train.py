@@ -183,3 +183,22 @@ def test_unanswerable_repeat_draws_each_unanswerable_question_that_often_per_pas
   assert drawn == {r.question_id: 3 if r.question_id in unanswerable else 1 for r in records}
   with pytest.raises(ValueError, match="unanswerable_repeat"):
     dataclasses.replace(base, unanswerable_repeat=0)
+
+
+def test_sized_episodes_reach_training_and_a_curve_spread_over_episodes(tmp_path):
+  """RLConfig.episode_sizes draws each training and curve episode's size; the curve's questions come from every
+  held-out episode in turn (a large first episode would fill it alone)."""
+  import dataclasses
+
+  from m3jax.config import apply_overrides, load_config
+  from m3jax.data.memory_qa import EpisodeSizes
+  from m3jax.rl.program import RLProgram
+
+  cfg = apply_overrides(load_config("configs/rl_tiny.py"), [a for a in FAST if a != "--set"])
+  sizes = EpisodeSizes(clips=(3, 10), people=(2, 3))
+  cfg = dataclasses.replace(cfg, train_seeds=(0, 3), eval_seeds=(1_000_000, 1_000_003), eval_questions=6,
+                            episode_sizes=sizes, out_dir=str(tmp_path / "run"))
+  program = RLProgram(cfg)
+  shapes = [sizes.episode(cfg.episode, s) for s in (*range(0, 3), *range(1_000_000, 1_000_003))]
+  assert len({(e.num_clips, e.num_characters) for e in shapes}) > 1
+  assert [r.memory_id for r in program.eval_records] == [3, 4, 5, 3, 4, 5]

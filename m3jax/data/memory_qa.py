@@ -130,6 +130,20 @@ def make_task(seeds: Sequence[int], embed_fn: Callable[[Sequence[str]], np.ndarr
   return graphs, records
 
 
+def spread_over_episodes(records: Sequence[QARecord], n: int) -> list[QARecord]:
+  """The first `n` of `records` taken round-robin over their episodes (memory ids, in order of first appearance),
+  each episode's in their own order: a curve over episodes of drawn sizes is not filled by its largest one."""
+  by_memory: dict[int, list[QARecord]] = {}
+  for r in records:
+    by_memory.setdefault(r.memory_id, []).append(r)
+  queues, picked = list(by_memory.values()), []
+  while len(picked) < n and any(queues):
+    for q in queues:
+      if q and len(picked) < n:
+        picked.append(q.pop(0))
+  return picked
+
+
 def heldout_questions(n: int, first_seed: int = HELDOUT_SEED_START,
                       episode: EpisodeConfig = EpisodeConfig()) -> tuple[list[int], list[QARecord]]:
   """`split_questions` of the dev split (its old name: held out)."""

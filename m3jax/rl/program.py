@@ -34,7 +34,7 @@ from m3jax.distributed import gather_objects, global_mesh, interleave, shard, to
 from m3jax.control.controller import Controller
 from m3jax.eval.judges import JudgeItem, make_judge
 from m3jax.control.prompts import END_OF_TURN
-from m3jax.data.memory_qa import QARecord, make_task
+from m3jax.data.memory_qa import EpisodeSizes, QARecord, make_task, spread_over_episodes
 from m3jax.models.lora import attach, export_adapter_file, load_adapter_file, merged
 from m3jax.rl.flops import learner_step_flops
 from m3jax.rl import advantages as adv_lib
@@ -74,7 +74,10 @@ class RLProgram:
     graphs, records = make_task(seeds, embed, dim, cfg.episode, split=None, sizes=cfg.episode_sizes)
     n_train = cfg.train_seeds[1] - cfg.train_seeds[0]
     self.train_records = [r for r in records if r.memory_id < n_train]
-    self.eval_records = [r for r in records if r.memory_id >= n_train][:cfg.eval_questions]
+    held = [r for r in records if r.memory_id >= n_train]
+    # episodes of drawn sizes: the curve's questions come from every held-out episode, not the first large ones
+    self.eval_records = (held[:cfg.eval_questions] if cfg.episode_sizes == EpisodeSizes() else
+                         spread_over_episodes(held, cfg.eval_questions))
     self.pool_records, self.pool_stats = self._perception_pool(len(graphs), graphs)
     self.work = StepWork()  # where each step's time goes (`m3jax.rl.step_work`)
     self.searcher = TimedSearcher(MemorySearcher(graphs, embed, SearchConfig()), self.work)
