@@ -55,16 +55,16 @@ def kv_bytes(cache, start_len: np.ndarray, n_gen: np.ndarray, steps: int) -> tup
   """(read, needed) bytes of a `KVCache`'s keys and values over a decode loop of `steps` steps that began with
   `start_len[b]` slots filled in row b and sampled `n_gen[b]` tokens into it.
 
-  WHY: past a few hundred cached tokens per row, the decode step's cost is these reads, not the weights' (a
-  batch-16 step over 2,048 filled slots reads 1.5 GB of float32 KV against 0.54 GB of SmolLM2-135M weights), so a
-  decode floor that counts only weights hides the waste. `kv_attention.cached_attention` reads, for every row of
+  WHY: past a few hundred cached tokens per row, these reads outweigh the weights' (a batch-16 step over 2,048
+  filled slots reads 1.5 GB of float32 KV against 0.54 GB of SmolLM2-135M weights), so a decode floor that counts
+  only weights is too low. `kv_attention.cached_attention` reads, for every row of
   the batch, the key blocks below the longest row's length: `read`. What the live rows need is their own filled
   slots: `needed`. At step i a row holds start_len + min(i + 1, n_gen) slots (the token fed that step included;
   a finished row stops growing), up to one slot off at a row's last step."""
   k = getattr(cache, "k", None)
   if k is None or k.ndim != 5 or steps <= 0:
     return 0, 0
-  layers, batch, slots = k.shape[:3]
+  _, batch, slots = k.shape[:3]
   slot_bytes = 2 * k.nbytes // (batch * slots)  # keys and values of one slot, every layer
   block = math.gcd(slots, BLOCK)
   step = np.arange(steps)[:, None]
