@@ -122,7 +122,7 @@ class CountingSearcher:
 
 
 def run_answerer(kind: str, graphs, records, embed, base: str, adapter: str | None, slots: int = 24,
-                 on_answer=None):
+                 on_answer=None, min_searches: int = 0):
   """(answers, stats, details) of `kind` on `records`; `on_answer(index, answer, detail)` hears of each question
   as it ends, so a stopped run keeps what it answered (`--resume`)."""
   from m3jax.control import make_answerer
@@ -131,7 +131,7 @@ def run_answerer(kind: str, graphs, records, embed, base: str, adapter: str | No
                         question_types=r.types) for r in records]
   t0 = time.perf_counter()
   hear = on_answer or (lambda i, a, d: None)
-  answerer = make_answerer(kind, graphs, embed, base, adapter)
+  answerer = make_answerer(kind, graphs, embed, base, adapter, min_searches=min_searches)
   if kind != "rules":  # continuous batching: a batch's KV cache grows with rows x context (96 prompted 5-round
     answerer.slots = slots  # rows in one static batch took 14 GB), so the questions share `slots` rows
   if kind == "rules":  # one question at a time: its own searches and seconds
@@ -364,6 +364,8 @@ def main() -> None:
                   "questions it lacks (each record is written as its question ends, so a stopped run loses none)")
   ap.add_argument("--sizes", default="", help="gold episodes' clips and people drawn per seed, "
                   "CLIPS_LO-HIxPEOPLE_LO-HI (e.g. 3-10x2-3; default: 3 clips, 2 people)")
+  ap.add_argument("--min-searches", type=int, default=0, help="the LLM answerers' first that many rounds may only "
+                  "search (a constraint at decode time; compare runs with --join LABEL=FILE)")
   ap.add_argument("--join", nargs="+", metavar="[LABEL=]FILE", help="answer nothing: rebuild the report and RESULT "
                   "from these runs' --records files (LABEL names another adapter's `trained`)")
   args = ap.parse_args()
@@ -376,11 +378,12 @@ def main() -> None:
   bad = [k for k in kinds if k not in ("rules", "untrained", "trained")] + [t for t in tasks
                                                                             if t not in ("gold", "perception")]
   missing = args.adapter and not pathlib.Path(args.adapter).is_file()
-  if bad or not tasks or min(args.n, args.slots, args.perception_episodes) < 1 or missing:
+  searches_bad = not 0 <= args.min_searches < 5  # the trained protocol's 5 rounds: the last must be free to answer
+  if bad or not tasks or min(args.n, args.slots, args.perception_episodes) < 1 or missing or searches_bad:
     sys.exit(f"controller_eval: answerers must be rules/untrained/trained, an --adapter must be a file, "
              f"tasks gold/perception, n, slots and perception episodes >= 1; got {args.answerers!r}, {args.tasks!r}, "
              f"adapter={args.adapter!r}, n={args.n}, slots={args.slots}, "
-             f"perception episodes={args.perception_episodes}")
+             f"perception episodes={args.perception_episodes}, min searches {args.min_searches} (0..4)")
   out_path = pathlib.Path(args.records or f"runs/controller_eval/{args.split}.jsonl")
   out_path.parent.mkdir(parents=True, exist_ok=True)
 
@@ -426,11 +429,12 @@ def main() -> None:
         def write(i, answer, detail, todo=todo, kind=kind, task=task):
           clips, people = shapes[task][todo[i].question_id]
           record = question_record(task, args.split, kind, todo[i], answer, {**detail, "clips": clips,
-                                                                              "people": people})
+                                                                              "people": people,
+                                                                              "min_searches": args.min_searches})
           out.write(json.dumps(record) + "\n")
           out.flush()
         answers, stats, _ = run_answerer(kind, graphs, todo, task_embed, args.base, args.adapter, args.slots,
-                                         on_answer=write)
+                                         on_answer=write, min_searches=args.min_searches if kind != "rules" else 0)
         # the llm judge for the two answerers the RESULT line compares (the untrained base rarely answers at all)
         s = results[task, kind] = {**score(todo, answers, llm_judge if kind != "untrained" else None), **stats}
         report(kind, s, todo, answers)

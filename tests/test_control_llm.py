@@ -122,6 +122,43 @@ def test_action_constraints_make_every_turn_a_valid_action(tokenizer, searcher):
   assert all(t.rounds[-1].action == "answer" for t in trajs if len(t.rounds) == rounds)
 
 
+def test_min_searches_make_the_first_rounds_search(tokenizer, searcher):
+  """`min_searches`: the first rounds can only search, later rounds run free (or in the action format, the last
+  answer-only, with `max_rounds`); under continuous batching, rows at different rounds share one table of every
+  kind and get the static batch's trajectories; a last round that could not answer is refused by name."""
+  from m3jax.control.policy import ActionConstraints
+
+  stop = tuple(tokenizer.encode(prompts.END_OF_TURN, add_special_tokens=False))
+  assert ActionConstraints.build(tokenizer, len(tokenizer), stop, 4, min_searches=1).kinds == (
+      "search", "any", "any", "answer")
+  with pytest.raises(ValueError, match="min_searches=3"):
+    ActionConstraints.build(tokenizer, len(tokenizer), stop, 3, min_searches=3)
+  actions = ActionConstraints.build(tokenizer, len(tokenizer), stop, None, min_searches=2)
+  assert actions.kinds == ("search", "search", "free") and actions.for_round(7) is None
+  cfg = DecoderConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2,
+                      num_kv_heads=1, head_dim=16, tie_embeddings=True)
+  sampling = SamplingConfig(max_new_tokens=16, temperature=1.0, stop_token_ids=stop, seed=5)
+  sampler = Sampler(Decoder(cfg, rngs=nnx.Rngs(4)), sampling, tokenizer)
+  questions = [Question(f"{q.question_id}_{i}", f"{q.question} ({i})", q.answer, q.graph_index, q.graph_key,
+                        q.before_clip) for i in range(2) for q in QUESTIONS]
+  row_ids = [7 * i for i in range(len(questions))]
+  control = ControlConfig(max_rounds=4)
+  static = Controller(LLMPolicy(sampler, tokenizer, sampling, actions=actions, row_ids=row_ids), searcher,
+                      control).run(questions)
+  first = [r for t in static for r in t.rounds[:2]]  # a turn cut by the token budget before its query is no search
+  prefix = "Action: [Search]\nContent: "
+  assert len(first) == 2 * len(questions) and all(r.text.startswith(prefix) or prefix.startswith(r.text)
+                                                  for r in first)
+  assert sum(r.action == "search" for r in first) >= len(first) // 2
+  # a random model left free writes no action: format errors, never in the search-only rounds
+  assert any(r.action == "format_error" for t in static for r in t.rounds[2:])
+  slotted = Controller(LLMPolicy(sampler, tokenizer, sampling, actions=actions, row_ids=row_ids), searcher,
+                       control).run(questions, slots=3)
+  for a, b in zip(static, slotted):
+    assert a.token_ids.tolist() == b.token_ids.tolist()  # log-probs up to float rounding across batch shapes
+    np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4, rtol=1e-4)
+
+
 def test_continuous_batching_gives_the_static_trajectories(tokenizer, searcher):
   """Slots refilled as questions finish: every question's tokens, log-probs and searches equal the static batch's,
   greedy and (with per-episode row ids, as RL rollouts use) sampled, where questions end at different rounds;

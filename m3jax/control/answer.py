@@ -151,7 +151,7 @@ class LLMAnswerer:
   def __init__(self, graphs, embed_fn: Callable[[Sequence[str]], np.ndarray], llm="smollm2-135m-instruct",
                max_new_tokens: int = 192, seed: int = 0, constrain_actions: bool = False, searcher=None,
                control=None, greedy: bool = False, adapter: str | pathlib.Path | None = None,
-               resolve_names: bool = True, slots: int | None = 16):
+               resolve_names: bool = True, slots: int | None = 16, min_searches: int = 0):
     """`llm`: a load_llm name/path or a loaded (model, tokenizer) pair. `constrain_actions`: decode every turn
     inside the action format (`ActionConstraints`) — for a weak controller such as the embedded 135M model; a
     trained controller runs free. `searcher`: the search tools (default: the graphs' `MemorySearcher`; any
@@ -165,7 +165,9 @@ class LLMAnswerer:
     graph has no names to look up).
     `slots`: continuous batching over at most this many KV-cache rows (a question's slot passes to the next
     waiting question as soon as it answers; memory stays bounded however many questions one call asks); None
-    runs every question of a call as one static batch."""
+    runs every question of a call as one static batch.
+    `min_searches`: the first that many rounds may only search (`ActionConstraints`), the rest as
+    `constrain_actions` says."""
     from m3jax.control.build import build_policy, control_sampling, load_controller
     from m3jax.control.controller import Controller
 
@@ -173,8 +175,12 @@ class LLMAnswerer:
                              control=control, greedy=greedy)
     sampling = control_sampling(loaded.tokenizer, loaded.max_new_tokens, greedy=loaded.greedy, seed=seed)
     control = loaded.control
+    if not 0 <= min_searches < control.max_rounds:
+      raise ValueError(f"min_searches={min_searches}: must be in 0..{control.max_rounds - 1} (this protocol's "
+                       f"{control.max_rounds} rounds; the last has to be able to answer)")
     self.policy = build_policy(loaded.model, loaded.tokenizer, sampling,
-                               constrain_rounds=control.max_rounds if constrain_actions else None)
+                               constrain_rounds=control.max_rounds if constrain_actions else None,
+                               min_searches=min_searches)
     self.controller = Controller(self.policy, searcher or MemorySearcher(graphs, embed_fn, ASK_SEARCH), control)
     self.namer = RuleAnswerer(graphs, embed_fn) if resolve_names and graphs else None
     self.trajectories, self.slots = [], slots
@@ -206,15 +212,17 @@ ANSWERERS = ("trained", "untrained", "rules")
 
 
 def make_answerer(kind: str, graphs, embed_fn, llm: str = "smollm2-135m-instruct",
-                  adapter: str | pathlib.Path | None = None, max_new_tokens: int = 48):
+                  adapter: str | pathlib.Path | None = None, max_new_tokens: int = 48, min_searches: int = 0):
   """An answerer of `ANSWERERS` over `graphs`; `embed_fn` is the text embedder they were memorized with.
   rules: the deterministic retrieval baseline; untrained: the base prompted, turns constrained to the action
-  format; trained: the base plus `adapter` (default: the shipped controller), free-form and greedy."""
+  format; trained: the base plus `adapter` (default: the shipped controller), free-form and greedy.
+  `min_searches` (LLM answerers): the first that many rounds may only search."""
   from m3jax.control.build import trained_adapter_path
   if kind not in ANSWERERS:
     raise ValueError(f"answerer {kind!r}; expected one of {ANSWERERS}")
   if kind == "rules":
     return RuleAnswerer(graphs, embed_fn)
   if kind == "untrained":
-    return LLMAnswerer(graphs, embed_fn, llm, max_new_tokens=max_new_tokens, constrain_actions=True)
-  return LLMAnswerer(graphs, embed_fn, llm, adapter=trained_adapter_path(adapter))
+    return LLMAnswerer(graphs, embed_fn, llm, max_new_tokens=max_new_tokens, constrain_actions=True,
+                       min_searches=min_searches)
+  return LLMAnswerer(graphs, embed_fn, llm, adapter=trained_adapter_path(adapter), min_searches=min_searches)

@@ -81,14 +81,16 @@ def control_sampling(tokenizer, max_new_tokens: int, *, greedy: bool = False, se
 
 
 def build_policy(model, tokenizer, sampling: SamplingConfig, *, constrain_rounds: int | None = None,
-                 reuse_kv: bool = True, share_prefix: bool | None = None,
+                 min_searches: int = 0, reuse_kv: bool = True, share_prefix: bool | None = None,
                  row_ids: Sequence[int] | None = None) -> LLMPolicy:
   """The LLM policy over a fresh sampler of `model` (its counters are `policy.sampler`'s). `constrain_rounds`:
   decode every turn inside the action format, the last of that many rounds answer-only (`ActionConstraints`, for
-  an untrained base). `share_prefix`: fork identical prompts' caches (an RL group). `row_ids`: per-episode
-  sampling streams (see `LLMPolicy`)."""
+  an untrained base). `min_searches`: the first that many rounds may only search (`ActionConstraints`; the
+  rest as `constrain_rounds` says, free without it). `share_prefix`: fork identical prompts' caches (an RL
+  group). `row_ids`: per-episode sampling streams (see `LLMPolicy`)."""
   actions = None
-  if constrain_rounds is not None:
-    actions = ActionConstraints.build(tokenizer, model.cfg.vocab_size, sampling.stop_token_ids, constrain_rounds)
+  if constrain_rounds is not None or min_searches:
+    actions = ActionConstraints.build(tokenizer, model.cfg.vocab_size, sampling.stop_token_ids, constrain_rounds,
+                                      min_searches)
   sampler = Sampler(model, sampling, tokenizer, share_prefix=share_prefix)
   return LLMPolicy(sampler, tokenizer, sampling, reuse_kv=reuse_kv, actions=actions, row_ids=row_ids)

@@ -20,8 +20,8 @@ import numpy as np
 from jaxtyping import Float
 
 from m3jax.control.prompts import ASSISTANT_PREFIX, END_OF_TURN, Message, render_chatml, render_chatml_message
-from m3jax.engine.constrained import (TokenConstraint, compile_constraint, merge_constraints, prefixed_line,
-                                     token_bytes)
+from m3jax.engine.constrained import (DEAD, ByteDFA, TokenConstraint, compile_constraint, merge_constraints,
+                                     prefixed_line, token_bytes)
 from m3jax.engine.sampling import SampleOutput, Sampler, SamplingConfig
 
 
@@ -215,8 +215,8 @@ class LLMPolicy:
     seeds = [self.config.seed + 7919 * r for r in self._slot_round]  # `step`'s per-round seed
     constraint, first = None, None
     if self.actions is not None:
-      constraint, (any_start, answer_start) = self.actions.merged
-      first = [answer_start if r >= self.actions.last_round else any_start for r in self._slot_round]
+      constraint, starts = self.actions.merged
+      first = [starts[self.actions.kind(r)] for r in self._slot_round]
     out = self.sampler.continue_(self._state, feed, self.config, constraint=constraint, row_ids=ids,
                                  constraint_starts=first, row_seeds=seeds)
     self._state = out.state
@@ -237,33 +237,65 @@ class LLMPolicy:
 
 @dataclasses.dataclass(frozen=True)
 class ActionConstraints:
-  """Constrained decoding of the control protocol for weak policies: every turn is exactly
-  `Action: [Search|Answer]\nContent: <one line>`, and the last round can only answer.
+  """Constrained decoding of the control protocol, per round: `kinds[r]` says what round r may write (the last kind
+  holds for every later round):
+  * "any": exactly `Action: [Search|Answer]\nContent: <one line>`;
+  * "answer": the same, answering only (the last round of a weak policy);
+  * "search": the same, searching only (`min_searches`: the first rounds of a policy that answers too soon);
+  * "free": unconstrained.
 
   WHY: the embedded 135M controller mostly writes neither action (a format error every round, so it never
-  searches nor answers); constrained, each turn is a valid action. Log-probs are those of the masked distribution,
-  so trajectories sampled this way are off-policy for an unmasked learner: for RL keep the policy unconstrained
-  (the format-error penalty teaches the format), or accept the mismatch knowingly."""
-  any_action: TokenConstraint
-  answer_only: TokenConstraint
-  last_round: int
+  searches nor answers); constrained, each turn is a valid action. And a trained controller that answers after one
+  search loses to the rules answerer on episodes of 5+ clips (MODEL_CARD, dev): search-only first rounds make it
+  look further before it answers. Log-probs are those of the masked distribution, so trajectories sampled this
+  way are off-policy for an unmasked learner: for RL keep the policy unconstrained (the format-error penalty
+  teaches the format), or accept the mismatch knowingly."""
+  kinds: tuple[str, ...]
+  tables: dict[str, TokenConstraint]
+
+  KINDS = ("any", "answer", "search", "free")
 
   @classmethod
-  def build(cls, tokenizer, vocab_size: int, stop_token_ids: Sequence[int], max_rounds: int) -> "ActionConstraints":
+  def build(cls, tokenizer, vocab_size: int, stop_token_ids: Sequence[int], max_rounds: int | None,
+            min_searches: int = 0) -> "ActionConstraints":
+    """`max_rounds`: every round inside the action format, the last of `max_rounds` answer-only (None: rounds
+    after the first `min_searches` run free). `min_searches`: that many search-only rounds first."""
+    if max_rounds is not None and max_rounds < 1:
+      raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
+    if min_searches < 0 or (max_rounds is not None and min_searches >= max_rounds):
+      raise ValueError(f"min_searches={min_searches} must be in 0..{'max_rounds - 1' if max_rounds else 'any'}: "
+                       "the last round has to be able to answer")
+    if max_rounds is None:
+      kinds = ("search",) * min_searches + ("free",)
+    else:
+      kinds = ("search",) * min_searches + ("any",) * (max_rounds - 1 - min_searches) + ("answer",)
     tokens = token_bytes(tokenizer)
     search, answer = "Action: [Search]\nContent: ", "Action: [Answer]\nContent: "
-    return cls(compile_constraint(prefixed_line((search, answer)), tokens, vocab_size, stop_token_ids),
-               compile_constraint(prefixed_line((answer,)), tokens, vocab_size, stop_token_ids), max_rounds - 1)
+    dfas = {"any": lambda: prefixed_line((search, answer)), "answer": lambda: prefixed_line((answer,)),
+            "search": lambda: prefixed_line((search,)), "free": _any_text}
+    return cls(kinds, {k: compile_constraint(dfas[k](), tokens, vocab_size, stop_token_ids) for k in set(kinds)})
 
-  def for_round(self, round_index: int) -> TokenConstraint:
-    return self.answer_only if round_index >= self.last_round else self.any_action
+  def kind(self, round_index: int) -> str:
+    return self.kinds[min(round_index, len(self.kinds) - 1)]
+
+  def for_round(self, round_index: int) -> TokenConstraint | None:
+    kind = self.kind(round_index)
+    return None if kind == "free" else self.tables[kind]
 
   @functools.cached_property
-  def merged(self) -> tuple[TokenConstraint, tuple[int, int]]:
-    """Both automata in one table and their start states (any action, answer only): rows at different rounds
-    share a decode call under continuous batching."""
-    table, starts = merge_constraints([self.any_action, self.answer_only])
-    return table, (starts[0], starts[1])
+  def merged(self) -> tuple[TokenConstraint, dict[str, int]]:
+    """Every kind's automaton in one table and each one's start state: rows at different rounds share a decode
+    call under continuous batching."""
+    kinds = sorted(self.tables, key=self.KINDS.index)
+    table, starts = merge_constraints([self.tables[k] for k in kinds])
+    return table, dict(zip(kinds, starts))
+
+
+def _any_text() -> ByteDFA:
+  """The automaton of any text (one accepting state that every byte keeps): a "free" round's rows beside
+  constrained ones in one decode call. Special tokens other than the stop tokens stay masked, as in every
+  constraint; a turn never needs them."""
+  return ByteDFA(np.array([[DEAD] * 256, [1] * 256]), np.array([False, True]), start=1)
 
 
 class ChatCompleter:
