@@ -134,7 +134,7 @@ def test_min_searches_make_the_first_rounds_search(tokenizer, searcher):
   with pytest.raises(ValueError, match="min_searches=3"):
     ActionConstraints.build(tokenizer, len(tokenizer), stop, 3, min_searches=3)
   actions = ActionConstraints.build(tokenizer, len(tokenizer), stop, None, min_searches=2)
-  assert actions.kinds == ("search", "search", "free") and actions.for_round(7) is None
+  assert actions.kinds == ("search", "search", "free") and actions.for_round(7) is actions.tables["free"]
   cfg = DecoderConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2,
                       num_kv_heads=1, head_dim=16, tie_embeddings=True)
   sampling = SamplingConfig(max_new_tokens=16, temperature=1.0, stop_token_ids=stop, seed=5)

@@ -242,7 +242,7 @@ class ActionConstraints:
   * "any": exactly `Action: [Search|Answer]\nContent: <one line>`;
   * "answer": the same, answering only (the last round of a weak policy);
   * "search": the same, searching only (`min_searches`: the first rounds of a policy that answers too soon);
-  * "free": unconstrained.
+  * "free": any text (special tokens but the stop tokens masked).
 
   WHY: the embedded 135M controller mostly writes neither action (a format error every round, so it never
   searches nor answers); constrained, each turn is a valid action. And a trained controller that answers after one
@@ -273,14 +273,13 @@ class ActionConstraints:
     search, answer = "Action: [Search]\nContent: ", "Action: [Answer]\nContent: "
     dfas = {"any": lambda: prefixed_line((search, answer)), "answer": lambda: prefixed_line((answer,)),
             "search": lambda: prefixed_line((search,)), "free": _any_text}
-    return cls(kinds, {k: compile_constraint(dfas[k](), tokens, vocab_size, stop_token_ids) for k in set(kinds)})
+    return cls(kinds, {k: compile_constraint(dfas[k](), tokens, vocab_size, stop_token_ids) for k in dict.fromkeys(kinds)})
 
   def kind(self, round_index: int) -> str:
     return self.kinds[min(round_index, len(self.kinds) - 1)]
 
-  def for_round(self, round_index: int) -> TokenConstraint | None:
-    kind = self.kind(round_index)
-    return None if kind == "free" else self.tables[kind]
+  def for_round(self, round_index: int) -> TokenConstraint:
+    return self.tables[self.kind(round_index)]
 
   @functools.cached_property
   def merged(self) -> tuple[TokenConstraint, dict[str, int]]:
@@ -292,8 +291,8 @@ class ActionConstraints:
 
 
 def _any_text() -> ByteDFA:
-  """The automaton of any text (one accepting state that every byte keeps): a "free" round's rows beside
-  constrained ones in one decode call. Special tokens other than the stop tokens stay masked, as in every
+  """The automaton of any text (one accepting state that every byte keeps): a "free" round, the same whether its
+  rows decode alone or beside constrained ones. Special tokens other than the stop tokens stay masked, as in every
   constraint; a turn never needs them."""
   return ByteDFA(np.array([[DEAD] * 256, [1] * 256]), np.array([False, True]), start=1)
 
