@@ -10,11 +10,13 @@ measures, in the same run, the machine's floors for this model:
   batch-1 matmul step (a matvec per weight), since a batch-1 step cannot run faster than it reads its weights
   (`step_over_bandwidth_floor_b1`);
 and a long-context row: the batch-8 decode step with `--long-filled` tokens in a `--long-bucket`-slot cache against
-the same fill in the smallest bucket that holds it (`long_over_short`; decode attention reads only filled blocks),
+the same fill in the smallest bucket that holds it (`long_over_short`; the decode reads only the window it fills),
 and the batch-1 step with the layer scan over stacked weights that the decode used before `Sampler(split_layers)`
-(`split_over_scan_b1`: how much faster the split layers are). Every m3jax decode step here is the slope between
-generating `--new` and `--new / 2` tokens, so a call's fixed costs stay out of it; the tok/s ratios against
-transformers time both sides alike, as (generate - prefill) over the tokens decoded.
+(`split_over_scan_b1`: how much faster the split layers are), and at an RL rollout's width (16 rows) the step on
+per-layer cache windows against the block loop over the stacked cache (`blocks_over_window_b16`). Every m3jax
+decode step here is the slope between generating `--new` and `--new / 2` tokens, so a call's fixed costs stay out
+of it; the tok/s ratios against transformers time both sides alike, as (generate - prefill) over the tokens
+decoded.
 """
 
 from __future__ import annotations
@@ -85,6 +87,19 @@ def main():
           f"{steps[bucket] * 1e3:.2f} ms", flush=True)
   long_step, short_step = steps[args.long_bucket], steps[args.long_filled + args.new]
 
+  # the decode loop on per-layer arrays of the slots it fills (`decoder.LayerKV`) against the block loop over the
+  # stacked cache, at an RL rollout's width: 16 rows of --long-filled tokens in a 512-slot cache, alternated
+  wide = rs.randint(100, 40000, (16, args.long_filled))
+  wide_slots = max(512, args.long_filled + args.new)
+  window_steps = {True: [], False: []}
+  for _ in range(2):
+    for window in (True, False):
+      *_, step = _m3_times(model, wide, args.new, wide_slots, best, decode_window=window)
+      window_steps[window].append(step)
+  win16, blk16 = (float(np.median(window_steps[w])) for w in (True, False))
+  print(f"batch 16, {args.long_filled} filled in a {wide_slots}-slot cache: decode step {win16 * 1e3:.2f} ms on "
+        f"per-layer windows, {blk16 * 1e3:.2f} ms with the block loop over the stacked cache", flush=True)
+
   floor8 = _matmul_floor_step(model, 8, best)
   matvec1 = _matmul_floor_step(model, 1, best)
   read1, n_bytes = _weight_read(model, best)
@@ -102,11 +117,12 @@ def main():
       long_ctx_step_ms=f"{long_step * 1e3:.2f}", short_ctx_step_ms=f"{short_step * 1e3:.2f}",
       long_over_short=f"{long_step / short_step:.2f}", decode_tok_s_b1=f"{results[1]['m3_decode']:.1f}",
       decode_tok_s_b8=f"{results[8]['m3_decode']:.1f}", split_over_scan_b1=f"{scan_step1 / results[1]['m3_step']:.2f}",
-      cpu=cpu_model()))
+      step_ms_b16_window=f"{win16 * 1e3:.2f}", step_ms_b16_blocks=f"{blk16 * 1e3:.2f}",
+      blocks_over_window_b16=f"{blk16 / win16:.2f}", cpu=cpu_model()))
 
 
-def _m3_times(model, prompts, new: int, slots: int, best,
-              split_layers: bool | None = None) -> tuple[float, float, float]:
+def _m3_times(model, prompts, new: int, slots: int, best, split_layers: bool | None = None,
+              decode_window: bool = True) -> tuple[float, float, float]:
   """(generate, prefill, decode step) seconds for greedy decoding of `new` tokens after `prompts` in a `slots`-slot
   cache. The step is the slope between generating `new` and `new // 2` tokens: (generate - prefill) / new would
   also charge the step with whatever else one generate call costs beyond the separately timed prefill, which no
@@ -121,7 +137,7 @@ def _m3_times(model, prompts, new: int, slots: int, best,
 
   batch, n = prompts.shape
   cfg = SamplingConfig(max_new_tokens=new, greedy=True, length_buckets=(n, slots))
-  sampler = Sampler(model, cfg, split_layers=split_layers)
+  sampler = Sampler(model, cfg, split_layers=split_layers, decode_window=decode_window)
   sampler.generate(prompts.tolist())  # compile
 
   def prefill():

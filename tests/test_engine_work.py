@@ -43,6 +43,9 @@ def test_kv_bytes_counts_the_blocks_read_and_the_live_rows_slots():
   big = model.init_cache(3, 1024)  # 256-slot blocks: rows of 5, 300 and 0 (padding) slots, 2 steps
   read, needed = kv_bytes(big, np.array([5, 300, 0]), np.array([2, 2, 0]), 2)
   assert read == 2 * 3 * 512 * slot and needed == (6 + 7 + 301 + 302) * slot
+  # a loop whose first call ran on a 384-slot window (`LayerKV`) and whose second read blocks
+  read, needed_w = kv_bytes(big, np.array([5, 300, 0]), np.array([2, 2, 0]), 2, windows=[(1, 384), (2, None)])
+  assert read == 3 * (384 + 512) * slot and needed_w == needed
 
 
 def test_sampler_counts_the_kv_its_decode_reads():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from m3jax.models.decoder import attention
-from m3jax.models.kv_attention import cached_attention
+from m3jax.models.kv_attention import cached_attention, window_attention
 
 from parity import assert_close_to_reference
 
@@ -27,6 +27,11 @@ def _case(lengths, T, seed):
   valid = np.array([n + c for n, c in lengths], np.int32)
   slots = start[:, None] + np.arange(T, dtype=np.int32)[None]
   return q, ck, cv, slots, valid
+
+
+def _heads_first(ck, cv):
+  """The cache's layout `[L, B, K, S, Dh]` of `_case`'s `[L, B, S, K, Dh]` arrays (the dense path's layer layout)."""
+  return tuple(jnp.asarray(c.transpose(0, 1, 3, 2, 4)) for c in (ck, cv))
 
 
 def _f64_attention(q, k, v, slots, valid, window):
@@ -59,13 +64,17 @@ def test_ragged_attention_equals_dense_attention(lengths, T, window):
   q, ck, cv, slots, valid = _case(lengths, T, seed=T + (window or 0))
   layer = 1
   w = None if window is None else jnp.int32(window)
-  ours = cached_attention(jnp.asarray(q), jnp.asarray(ck), jnp.asarray(cv), jnp.int32(layer), jnp.asarray(slots),
+  ours = cached_attention(jnp.asarray(q), *_heads_first(ck, cv), jnp.int32(layer), jnp.asarray(slots),
                           jnp.asarray(valid), w, block=BLOCK)
   dense = attention(jnp.asarray(q), jnp.asarray(ck[layer]), jnp.asarray(cv[layer]), jnp.asarray(slots),
                     jnp.asarray(valid), w)
   exact = _f64_attention(q, ck[layer], cv[layer], slots, valid, window)
   real = slots < valid[:, None]  # queries past a row's chunk are padding; their outputs are never used
   assert_close_to_reference(np.asarray(ours)[real], np.asarray(dense)[real], exact[real], what="ragged attention")
+  # the decode loop's form: the layer as [B, K, S, Dh] arrays of its own, read whole
+  per_layer = [jnp.asarray(c[layer].transpose(0, 2, 1, 3)) for c in (ck, cv)]
+  whole = window_attention(jnp.asarray(q), *per_layer, jnp.asarray(slots), jnp.asarray(valid), w)
+  assert_close_to_reference(np.asarray(whole)[real], np.asarray(dense)[real], exact[real], what="window attention")
 
 
 def test_slots_past_the_longest_row_are_never_read():
@@ -74,7 +83,7 @@ def test_slots_past_the_longest_row_are_never_read():
   ck[:, :, 32:] = np.nan  # blocks 2 and 3 of 16 slots; the longest row fills 21 slots
   cv[:, :, 32:] = np.nan
   args = (jnp.asarray(slots), jnp.asarray(valid))
-  ours = cached_attention(jnp.asarray(q), jnp.asarray(ck), jnp.asarray(cv), jnp.int32(0), *args, block=BLOCK)
+  ours = cached_attention(jnp.asarray(q), *_heads_first(ck, cv), jnp.int32(0), *args, block=BLOCK)
   assert np.isfinite(np.asarray(ours)).all()
   assert not np.isfinite(np.asarray(attention(jnp.asarray(q), jnp.asarray(ck[0]), jnp.asarray(cv[0]), *args))).all()
 
@@ -86,7 +95,10 @@ def test_a_row_with_nothing_to_see_gives_zeros_and_jit_compiles_once_for_every_l
   traces = []
   for lengths in ([(0, 0), (30, 1)], [(0, 0), (63, 1)], [(0, 0), (1, 1)]):
     q, ck, cv, slots, valid = _case(lengths, 1, seed=4)
-    out = np.asarray(fn(q, ck, cv, slots, valid))
+    out = np.asarray(fn(q, *_heads_first(ck, cv), slots, valid))
     assert (out[0] == 0).all() and np.isfinite(out).all()
     traces.append(fn._cache_size())
   assert traces == [1, 1, 1]
+  q, ck, cv, slots, valid = _case([(0, 0), (30, 1)], 1, seed=4)
+  out = window_attention(q, ck[0].transpose(0, 2, 1, 3), cv[0].transpose(0, 2, 1, 3), slots, valid)
+  assert (np.asarray(out)[0] == 0).all() and np.isfinite(np.asarray(out)).all()

@@ -57,6 +57,44 @@ def test_split_layer_decode_equals_the_layer_scan(tiny):
     model.hidden(jnp.asarray([prompts[0]]), layers=split.layers)
 
 
+class _IdText:
+  """A tokenizer stand-in whose text never holds the stop string: it only makes the host stop the decode loop every
+  `stop_check_interval` steps."""
+
+  def decode(self, ids, skip_special_tokens=False):
+    return " ".join(map(str, ids))
+
+
+@pytest.mark.parametrize("name", ["qwen3", "qwen2_window"])
+def test_windowed_decode_equals_the_block_loop(tiny_dirs, name):
+  """The decode loop on per-layer arrays of the slots it can fill (`LayerKV`), its window growing across the host's
+  stop checks (128, then 192 slots), equals the block loop over the stacked cache: same greedy tokens, log-probs and
+  written cache to float rounding, and the next turn continues alike."""
+  from m3jax.engine.decode import window_slots
+  model = load_hf(tiny_dirs[name][0])
+  cfg = SamplingConfig(max_new_tokens=40, greedy=True, stop_strings=("never",), stop_check_interval=8,
+                       length_buckets=(128, 256))
+  prompts = _prompts((100, 37, 117))
+  outs, samplers = [], []
+  for window in (True, False):
+    sampler = Sampler(model, cfg, tokenizer=_IdText(), decode_window=window)
+    outs.append(sampler.generate(prompts))
+    samplers.append(sampler)
+  assert samplers[0].decode_window and not samplers[1].decode_window
+  assert [window_slots(n, 256) for n in (117 + 8, 117 + 16, 117 + 40)] == [128, 192, 192]
+  a, b = outs
+  assert a.tokens == b.tokens and a.finish_reason == b.finish_reason == ["length"] * 3
+  for x, y in zip(a.logprobs, b.logprobs):
+    np.testing.assert_allclose(x, y, atol=1e-5)
+  ca, cb = a.state.cache, b.state.cache
+  np.testing.assert_array_equal(ca.length, cb.length)
+  np.testing.assert_allclose(ca.k, cb.k, atol=1e-5)
+  np.testing.assert_allclose(ca.v, cb.v, atol=1e-5)
+  more = [[5, 6, 7], None, [9] * 20]
+  na, nb = (s.continue_(o.state, more) for s, o in zip(samplers, outs))
+  assert na.tokens == nb.tokens
+
+
 def test_continuation_equals_full_reprefill(tiny):
   model, _, _ = tiny
   sampler = Sampler(model, GREEDY)

@@ -100,14 +100,16 @@ def _greedy_token(logits: Float[Array, "B V"]) -> tuple[Int[Array, "B"], Float[A
   return tok, -jnp.log(jnp.sum(jnp.exp(logits - top), axis=-1))
 
 
-@functools.partial(jax.jit, static_argnums=(0, 5), donate_argnums=(2,))
+@functools.partial(jax.jit, static_argnums=(0, 5, 8), donate_argnums=(2,))
 def _decode(graphdef, params, cache, carry, limit, cfg: SamplingConfig, constraint: TokenConstraint | None = None,
-            layers=None):
+            layers=None, window: int | None = None):
   """Samples and feeds tokens until `limit` steps or every row is done (resumable: the carry holds all state).
 
   With a `constraint`, logits outside `allowed[automaton state]` are masked before sampling (so log-probs are those
   of the masked distribution, the one actually sampled), a row with no allowed token ends without emitting, and a
-  row whose automaton accepts ends after that token."""
+  row whose automaton accepts ends after that token. With a `window` (unrolled `layers` only), the loop runs on the
+  cache's first `window` slots as per-layer arrays (`KVCache.layer_window`); the caller guarantees no row fills
+  more than that before `limit`."""
   TRACES[0] += 1
   model = nnx.merge(graphdef, params)
   stop_ids = jnp.asarray(cfg.stop_token_ids or (-1,), jnp.int32)
@@ -151,7 +153,23 @@ def _decode(graphdef, params, cache, carry, limit, cfg: SamplingConfig, constrai
                **extra)
     return new, cache
 
-  return jax.lax.while_loop(cond, body, (carry, cache))
+  if window is None:
+    return jax.lax.while_loop(cond, body, (carry, cache))
+  carry, kv = jax.lax.while_loop(cond, body, (carry, cache.layer_window(window)))
+  return carry, cache.with_window(kv)
+
+
+WINDOW_MIN = 128
+
+
+def window_slots(fill: int, slots: int) -> int:
+  """The decode loop's window for a loop that fills at most `fill` of a cache's `slots`: the least of 128 * 2^i
+  and 192 * 2^i holding `fill` (a window costs at most 1.5x what is filled, with two programs per doubling), or
+  every slot."""
+  w = WINDOW_MIN
+  while w < fill:
+    w = w * 3 // 2 if w & (w - 1) == 0 else w * 4 // 3
+  return min(w, slots)
 
 
 def _decode_options(cfg: SamplingConfig) -> SamplingConfig:

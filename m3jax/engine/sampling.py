@@ -12,7 +12,8 @@ sampling and the jitted decode loop); neither imports this module.
 Throughput design:
 * prompt length, batch size and cache length are padded to buckets, so a workload compiles a bounded number of
   times (`Sampler.compilations` counts traces);
-* decode is a `lax.while_loop` (`decode.py`) that stops when every row is done or the budget is spent;
+* decode is a `lax.while_loop` (`decode.py`) that stops when every row is done or the budget is spent; on CPU it
+  reads the cache as per-layer arrays of the slots it can fill (`decoder.LayerKV`, `decode.window_slots`);
 * stop strings need detokenisation, so they are checked on the host every `stop_check_interval` steps (the loop
   resumes on device from where it stopped); stop token ids are checked on device every step;
 * identical prompts of one `generate` call (an RL group's samples) are prefilled once and their cache rows forked,
@@ -41,10 +42,10 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from m3jax.engine.constrained import TokenConstraint
-from m3jax.engine.decode import SamplingConfig, _decode, _decode_options
+from m3jax.engine.decode import SamplingConfig, _decode, _decode_options, window_slots
 from m3jax.engine.prefill import TRACES, fork, prefill, prefill_subset, put_rows, scatter_logits, tokens_of
 from m3jax.engine.work import EngineWork, kv_bytes
-from m3jax.models.decoder import Decoder
+from m3jax.models.decoder import Decoder, KVCache
 from m3jax.parallel import named_sharding
 
 FINISH_STOP, FINISH_LENGTH, FINISH_STOP_STRING = "stop", "length", "stop_string"
@@ -94,7 +95,7 @@ class Sampler:
 
   def __init__(self, model: nnx.Module, config: SamplingConfig = SamplingConfig(), tokenizer=None,
                mesh: Mesh | None = None, cache_dtype=None, share_prefix: bool | None = None,
-               split_layers: bool | None = None):
+               split_layers: bool | None = None, decode_window: bool = True):
     self.graphdef, self.params = nnx.split(model)
     self.model, self.config, self.tokenizer, self.mesh = model, config, tokenizer, mesh
     self.cache_dtype = cache_dtype
@@ -115,6 +116,9 @@ class Sampler:
       split_layers = (isinstance(model, Decoder) and mesh is None and jax.default_backend() == "cpu"
                       and sum(x.nbytes for x in jax.tree.leaves(self.params)) <= SPLIT_LAYERS_MAX_BYTES)
     self.layers = model.split_layers() if split_layers else None
+    # with split layers, the decode loop also reads the cache as per-layer arrays of the slots it can fill
+    # (`decoder.LayerKV`, `decode.window_slots`); False keeps the block loop over the stacked cache (benchmarks)
+    self.decode_window = decode_window and self.layers is not None
     self.compilations = 0  # programs traced by this sampler's calls (samplers of one model share programs)
     self.prefill_tokens = 0  # tokens run through a prefill, over this sampler's calls
     self.prefill_tokens_saved = 0  # prompt tokens not prefilled because an identical prompt's rows were forked
@@ -339,16 +343,16 @@ class Sampler:
   def _new_cache(self, batch: int, max_len: int):
     cache = self.model.init_cache(batch, max_len, self.cache_dtype)
     if self.mesh is not None:
-      kv = named_sharding(self.mesh, ("layers", "batch", "seq", "kv_heads", "head_dim"), cache.k.shape)
+      axes = (("layers", "batch", "kv_heads", "seq", "head_dim") if isinstance(cache, KVCache) else
+              ("layers", "batch", "seq", "kv_heads", "head_dim"))
+      kv = named_sharding(self.mesh, axes, cache.k.shape)
       cache = cache.replace(k=jax.device_put(cache.k, kv), v=jax.device_put(cache.v, kv))
     return cache
 
   def _ensure_capacity(self, cache, need: int, cfg: SamplingConfig):
-    if need <= cache.k.shape[2]:
+    if need <= cache.max_len:
       return cache
-    new_len = _bucket(need, cfg.length_buckets)
-    pad = [(0, 0), (0, 0), (0, new_len - cache.k.shape[2]), (0, 0), (0, 0)]
-    return cache.replace(k=jnp.pad(cache.k, pad), v=jnp.pad(cache.v, pad))
+    return cache.padded(_bucket(need, cfg.length_buckets))
 
   def _run_decode(self, cache, logits, idle: np.ndarray, key: jax.Array, cfg: SamplingConfig,
                   constraint: TokenConstraint | None = None, starts: np.ndarray | None = None):
@@ -364,10 +368,15 @@ class Sampler:
       carry["counts"] = jnp.zeros((B, logits.shape[-1]), jnp.int32)
     interval = cfg.stop_check_interval if cfg.stop_strings else N
     text_done = np.array(idle)
+    windows = []
     while True:
-      limit = jnp.int32(min(int(carry["step"]) + interval, N))
-      carry, cache = _decode(self.graphdef, self.params, cache, carry, limit, _decode_options(cfg), constraint,
-                             self.layers)
+      limit = min(int(carry["step"]) + interval, N)
+      # the unrolled-layer loop runs on per-layer arrays of the slots it can fill before `limit` (`LayerKV`)
+      window = (None if not self.decode_window or not isinstance(cache, KVCache) else
+                window_slots(int(start_len.max(initial=0)) + limit, cache.max_len))
+      carry, cache = _decode(self.graphdef, self.params, cache, carry, jnp.int32(limit), _decode_options(cfg),
+                             constraint, self.layers, window)
+      windows.append((int(carry["step"]), window))
       step = int(carry["step"])
       done = np.asarray(jax.device_get(carry["done"]))
       if cfg.stop_strings and self.tokenizer is not None:
@@ -384,7 +393,7 @@ class Sampler:
         break
     n_gen = np.asarray(jax.device_get(carry["n_gen"]))
     self.decode_row_steps += B * step
-    self.work.decode(t0, step, (0, 0) if start_len is None else kv_bytes(cache, start_len, n_gen, step))
+    self.work.decode(t0, step, (0, 0) if start_len is None else kv_bytes(cache, start_len, n_gen, step, windows))
     self.decode_tokens += int(n_gen.sum())
     return carry["tokens"], carry["logp"], carry["n_gen"], carry["done"], cache
 

@@ -15,6 +15,7 @@ import time
 import jax
 import numpy as np
 
+from m3jax.models.decoder import KVCache
 from m3jax.models.kv_attention import BLOCK
 
 
@@ -51,24 +52,31 @@ class EngineWork:
     self.decode_kv_needed += int(kv[1])
 
 
-def kv_bytes(cache, start_len: np.ndarray, n_gen: np.ndarray, steps: int) -> tuple[int, int]:
+def kv_bytes(cache, start_len: np.ndarray, n_gen: np.ndarray, steps: int,
+             windows: list[tuple[int, int | None]] = ()) -> tuple[int, int]:
   """(read, needed) bytes of a `KVCache`'s keys and values over a decode loop of `steps` steps that began with
-  `start_len[b]` slots filled in row b and sampled `n_gen[b]` tokens into it.
+  `start_len[b]` slots filled in row b and sampled `n_gen[b]` tokens into it. `windows` lists the loop's calls as
+  (step it ended at, window): a call with a window (`decode._decode`) read that many slots of every row per step.
 
   WHY: past a few hundred cached tokens per row, these reads outweigh the weights' (a batch-16 step over 2,048
   filled slots reads 1.5 GB of float32 KV against 0.54 GB of SmolLM2-135M weights), so a decode floor that counts
-  only weights is too low. `kv_attention.cached_attention` reads, for every row of
-  the batch, the key blocks below the longest row's length: `read`. What the live rows need is their own filled
-  slots: `needed`. At step i a row holds start_len + min(i + 1, n_gen) slots (the token fed that step included;
-  a finished row stops growing), up to one slot off at a row's last step."""
-  k = getattr(cache, "k", None)
-  if k is None or k.ndim != 5 or steps <= 0:
+  only weights is too low. Without a window, `kv_attention.cached_attention` reads, for every row of the batch,
+  the key blocks below the longest row's length. What the live rows need is their own filled slots: `needed`. At
+  step i a row holds start_len + min(i + 1, n_gen) slots (the token fed that step included; a finished row stops
+  growing), up to one slot off at a row's last step."""
+  if not isinstance(cache, KVCache) or steps <= 0:
     return 0, 0
-  _, batch, slots = k.shape[:3]
+  k = cache.k
+  batch, slots = k.shape[1], cache.max_len
   slot_bytes = 2 * k.nbytes // (batch * slots)  # keys and values of one slot, every layer
   block = math.gcd(slots, BLOCK)
   step = np.arange(steps)[:, None]
   filled = np.asarray(start_len, np.int64)[None] + np.minimum(step + 1, np.asarray(n_gen, np.int64)[None])
-  read = batch * (-(-filled.max(axis=1) // block) * block).sum()
+  per_step = -(-filled.max(axis=1) // block) * block
+  begin = 0
+  for end, window in windows:
+    if window is not None:
+      per_step[begin:end] = window
+    begin = end
   needed = np.where(step < np.asarray(n_gen)[None], filled, 0).sum()
-  return int(read) * slot_bytes, int(needed) * slot_bytes
+  return int(batch * per_step.sum()) * slot_bytes, int(needed) * slot_bytes

@@ -6,12 +6,14 @@ attend within a sliding window (`layer_windows`), variants differ in RoPE scalin
 LM uses multimodal RoPE (`mrope_section`). `from_hf` maps a transformers config through `hf_config`, which refuses
 every field it does not implement. Layers are stored stacked (`[layers, ...]`) and run with `lax.scan`, so a
 30-layer model compiles once per shape instead of 30 times, and the KV cache is one
-`[layers, batch, seq, kv_heads, head_dim]` array pair that the sampler donates between calls.
+`[layers, batch, kv_heads, seq, head_dim]` array pair that the sampler donates between calls (seq next to
+head_dim, so a run of slots of one head is contiguous: attention reads key blocks without transposing them).
 
 The cache is slot-addressed per sequence: `cache.length[b]` tokens of row b are already written, new tokens are
 appended at that offset (ragged batches, multi-turn continuation) and attend to every slot `<=` their own. Cached
 attention reads only the key blocks below the batch's longest fill (`kv_attention`), so a step costs what is
-written, not the bucket the cache was padded to.
+written, not the bucket the cache was padded to. The sampler's CPU decode loop runs on a `LayerKV` instead: each
+layer's first W slots as arrays of their own, read whole each step (no slice copies), written back when it ends.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from m3jax.models import lora as lora_lib
 from m3jax.models import rope as rope_lib
 from m3jax.models.causal_attention import causal_attention
 from m3jax.models.hf_config import ACTIVATIONS, decoder_kwargs
-from m3jax.models.kv_attention import cached_attention, visible
+from m3jax.models.kv_attention import cached_attention, visible, window_attention
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 _ACT = {"silu": jax.nn.silu, "swish": jax.nn.silu, "gelu": functools.partial(jax.nn.gelu, approximate=False),
@@ -145,17 +147,51 @@ class DecoderConfig:
 class KVCache:
   """Per-layer keys/values plus the number of filled slots per sequence."""
 
-  k: Float[Array, "L B S K Dh"]
-  v: Float[Array, "L B S K Dh"]
+  k: Float[Array, "L B K S Dh"]
+  v: Float[Array, "L B K S Dh"]
   length: Int[Array, "B"]
 
   @property
   def max_len(self) -> int:
-    return self.k.shape[2]
+    return self.k.shape[3]
+
+  def padded(self, max_len: int) -> "KVCache":
+    """This cache with empty slots appended up to `max_len`."""
+    pad = [(0, 0), (0, 0), (0, 0), (0, max_len - self.max_len), (0, 0)]
+    return self.replace(k=jnp.pad(self.k, pad), v=jnp.pad(self.v, pad))
 
   def take_rows(self, index: Int[Array, "N"]) -> "KVCache":
     """The cache of rows `index` (repeats allowed): forks one prefilled prompt into the rows that share it."""
     return KVCache(self.k[:, index], self.v[:, index], self.length[index])
+
+  def layer_window(self, slots: int) -> "LayerKV":
+    """The first `slots` slots of every layer as arrays of their own (`LayerKV`): one copy, made once per decode
+    loop, so that each step reads them without slicing."""
+    def split(x):
+      return tuple(x[i, :, :, :slots] for i in range(x.shape[0]))
+    return LayerKV(split(self.k), split(self.v), self.length)
+
+  def with_window(self, kv: "LayerKV") -> "KVCache":
+    """This cache with its first slots replaced by `kv`'s (the inverse of `layer_window`)."""
+    def join(x, layers):
+      return x.at[:, :, :, :layers[0].shape[2]].set(jnp.stack(layers).astype(x.dtype))
+    return KVCache(join(self.k, kv.k), join(self.v, kv.v), kv.length)
+
+
+@flax.struct.dataclass
+class LayerKV:
+  """The decode loop's cache: per layer, keys and values `[B, K, W, Dh]` of the first W slots (`window_attention`).
+
+  WHY: XLA:CPU copies any slice of the stacked `[L, B, S, K, Dh]` cache that a dot reads, every step and layer;
+  separate arrays are read in place. Unrolled layers only (`Decoder.hidden(layers=...)`)."""
+
+  k: tuple[Float[Array, "B K W Dh"], ...]
+  v: tuple[Float[Array, "B K W Dh"], ...]
+  length: Int[Array, "B"]
+
+  @property
+  def max_len(self) -> int:
+    return self.k[0].shape[2]
 
 
 def _param(rngs: nnx.Rngs, shape, dtype, logical, *, scale=0.02, fill=None):
@@ -209,7 +245,7 @@ class Decoder(nnx.Module):
   # ---------------------------------------------------------------------------------------------------- API
   def init_cache(self, batch: int, max_len: int, dtype=None) -> KVCache:
     c = self.cfg
-    shape = (c.num_layers, batch, max_len, c.num_kv_heads, c.head_dim)
+    shape = (c.num_layers, batch, c.num_kv_heads, max_len, c.head_dim)
     dtype = dtype or c.dtype
     return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), jnp.zeros((batch,), jnp.int32))
 
@@ -230,11 +266,11 @@ class Decoder(nnx.Module):
   def embed_tokens(self, tokens: Int[Array, "B T"]) -> Float[Array, "B T D"]:
     return jnp.take(self.embed[...], tokens, axis=0).astype(self.cfg.dtype)
 
-  def hidden(self, tokens: Int[Array, "B T"] | None, cache: KVCache | None = None,
+  def hidden(self, tokens: Int[Array, "B T"] | None, cache: KVCache | LayerKV | None = None,
              chunk_len: Int[Array, "B"] | None = None, positions: Array | None = None, *,
              inputs_embeds: Float[Array, "B T D"] | None = None, layer_loop: str = "scan",
              remat: bool | None = None, layers: Sequence[dict[str, Any]] | None = None,
-             ) -> tuple[Float[Array, "B T D"], KVCache | None]:
+             ) -> tuple[Float[Array, "B T D"], KVCache | LayerKV | None]:
     """Final-norm hidden states. `inputs_embeds` replaces the token embedding (multimodal merging).
 
     `layer_loop="scan"` compiles one layer body (deep models, compile time); `"unroll"` lets XLA fuse across
@@ -270,6 +306,15 @@ class Decoder(nnx.Module):
       raise ValueError(f"layer_loop={layer_loop!r}: expected 'scan' or 'unroll' ('unroll' with `layers`)")
     if layers is not None and len(layers) != c.num_layers:
       raise ValueError(f"layers: {len(layers)} given, the model has {c.num_layers}")
+    if isinstance(cache, LayerKV):
+      if layer_loop != "unroll":
+        raise ValueError("a LayerKV cache needs layer_loop='unroll'")
+      ks, vs = list(cache.k), list(cache.v)
+      for i in range(c.num_layers):
+        p = jax.tree.map(lambda v: v[i], layer_params) if layers is None else layers[i]
+        window = None if windows is None else windows[i]
+        x, ks[i], vs[i] = self._layer(x, p, i, ks[i], vs[i], slots, valid_len, cos, sin, True, window)
+      return rms_norm(x, self.final_norm[...], c.rms_norm_eps), LayerKV(tuple(ks), tuple(vs), valid_len)
     if self.cfg.remat if remat is None else remat:
       body = jax.checkpoint(body, prevent_cse=layer_loop == "unroll")
     dummy = jnp.zeros((0,), x.dtype)
@@ -324,19 +369,23 @@ class Decoder(nnx.Module):
     if c.qk_norm:
       q, k = rms_norm(q, p["q_norm"], c.rms_norm_eps), rms_norm(k, p["k_norm"], c.rms_norm_eps)
     q, k = rope_lib.apply(q, cos, sin), rope_lib.apply(k, cos, sin)
+    per_layer = use_cache and ck.ndim == 4  # this layer's own [B, K, W, Dh] arrays (LayerKV)
     if use_cache:
       B, T = slots.shape
       rows = jnp.broadcast_to(jnp.arange(B)[:, None], (B, T))
-      write = jnp.where(slots < valid_len[:, None], slots, ck.shape[2])  # padding tokens write nothing
-      ck = ck.at[layer, rows, write].set(k.astype(ck.dtype), mode="drop")
-      cv = cv.at[layer, rows, write].set(v.astype(cv.dtype), mode="drop")
+      write = jnp.where(slots < valid_len[:, None], slots, ck.shape[-2])  # padding tokens write nothing
+      at = (rows, slice(None), write) if per_layer else (layer, rows, slice(None), write)  # updates [B, T, K, Dh]
+      ck = ck.at[at].set(k.astype(ck.dtype), mode="drop")
+      cv = cv.at[at].set(v.astype(cv.dtype), mode="drop")
     blocked = c.attention_chunk and q.shape[1] > c.attention_chunk
-    if blocked and not use_cache:
+    if per_layer:
+      attn = window_attention(q, ck, cv, slots, valid_len, window)
+    elif blocked and not use_cache:
       # without a cache query t is slot t
       attn = causal_attention(q, k, v, valid_len, c.attention_chunk, window=window)
     elif blocked:
-      attn = chunked_attention(q, ck[layer].astype(dt), cv[layer].astype(dt), slots, valid_len, c.attention_chunk,
-                               window)
+      attn = chunked_attention(q, ck[layer].swapaxes(1, 2).astype(dt), cv[layer].swapaxes(1, 2).astype(dt), slots,
+                               valid_len, c.attention_chunk, window)
     elif use_cache:  # decode and short prefills: only the filled key blocks are read
       attn = cached_attention(q, ck, cv, layer, slots, valid_len, window)
     else:

@@ -14,6 +14,11 @@ dense path returns an unused average of empty slots.
 
 Not differentiable in reverse mode (the trip count is data-dependent): it serves the cache paths (prefill and
 decode), never training, which runs without a cache (`causal_attention`).
+
+`window_attention` is the decode loop's form (`decoder.LayerKV`): each layer's keys and values are an array of their
+own, `[B, K, W, Dh]`, holding only the first W slots (W a bucket just above what the loop will fill). It reads the
+whole array with no slice at all: XLA:CPU materialises every `dynamic_slice` a dot reads, and for a batch-16 decode
+step those block copies (then with a `[B, S, K, Dh]` -> `[B, K, S, Dh]` transpose each) were 73 of 191 ms.
 """
 
 from __future__ import annotations
@@ -40,13 +45,14 @@ def visible(keys: Int[Array, "S"], q_slots: Int[Array, "B T"], valid_len: Int[Ar
   return mask
 
 
-def cached_attention(q: Float[Array, "B T H Dh"], ck: Float[Array, "L B S K Dh"], cv: Float[Array, "L B S K Dh"],
+def cached_attention(q: Float[Array, "B T H Dh"], ck: Float[Array, "L B K S Dh"], cv: Float[Array, "L B K S Dh"],
                      layer: Int[Array, ""], q_slots: Int[Array, "B T"], valid_len: Int[Array, "B"],
                      window: Int[Array, ""] | None = None, block: int = BLOCK) -> Float[Array, "B T H Dh"]:
   """Grouped-query attention of q (at cache slots `q_slots`) over layer `layer` of the cache, reading only the key
-  blocks below max(valid_len); same semantics as `decoder.attention` on `ck[layer]`, `cv[layer]`."""
+  blocks below max(valid_len); same semantics as `decoder.attention` on `ck[layer]`, `cv[layer]` with their slot
+  and head axes swapped."""
   B, T, H, Dh = q.shape
-  S, K = ck.shape[2], ck.shape[3]
+  K, S = ck.shape[2], ck.shape[3]
   G = H // K
   blk = math.gcd(S, block)  # a block size dividing S: dynamic_slice would clamp a block running past the end
   qg = q.reshape(B, T, K, G, Dh)
@@ -55,19 +61,37 @@ def cached_attention(q: Float[Array, "B T H Dh"], ck: Float[Array, "L B S K Dh"]
   def body(j, carry):
     m, l, acc = carry
     start = j * blk
-    kb = jax.lax.dynamic_slice(ck, (layer, 0, start, 0, 0), (1, B, blk, K, Dh))[0].astype(q.dtype)
-    vb = jax.lax.dynamic_slice(cv, (layer, 0, start, 0, 0), (1, B, blk, K, Dh))[0].astype(q.dtype)
-    s = jnp.einsum("btkgd,bskd->bkgts", qg, kb, preferred_element_type=jnp.float32) * (Dh ** -0.5)
+    kb = jax.lax.dynamic_slice(ck, (layer, 0, 0, start, 0), (1, B, K, blk, Dh))[0].astype(q.dtype)
+    vb = jax.lax.dynamic_slice(cv, (layer, 0, 0, start, 0), (1, B, K, blk, Dh))[0].astype(q.dtype)
+    s = jnp.einsum("btkgd,bksd->bkgts", qg, kb, preferred_element_type=jnp.float32) * (Dh ** -0.5)
     mask = visible(start + jnp.arange(blk), q_slots, valid_len, window)[:, None, None]  # [B, 1, 1, T, blk]
     s = jnp.where(mask, s, _MASKED)
     m_new = jnp.maximum(m, s.max(axis=-1))
     p = jnp.where(mask, jnp.exp(s - m_new[..., None]), 0.0)
     scale = jnp.exp(m - m_new)
-    pv = jnp.einsum("bkgts,bskd->bkgtd", p.astype(q.dtype), vb, preferred_element_type=jnp.float32)
+    pv = jnp.einsum("bkgts,bksd->bkgtd", p.astype(q.dtype), vb, preferred_element_type=jnp.float32)
     return m_new, l * scale + p.sum(axis=-1), acc * scale[..., None] + pv
 
   init = (jnp.full((B, K, G, T), _MASKED, jnp.float32), jnp.zeros((B, K, G, T), jnp.float32),
           jnp.zeros((B, K, G, T, Dh), jnp.float32))
   _, l, acc = jax.lax.fori_loop(0, n_blocks, body, init)
   out = acc / jnp.where(l > 0, l, 1.0)[..., None]
+  return out.transpose(0, 3, 1, 2, 4).reshape(B, T, H, Dh).astype(q.dtype)
+
+
+def window_attention(q: Float[Array, "B T H Dh"], k: Float[Array, "B K W Dh"], v: Float[Array, "B K W Dh"],
+                     q_slots: Int[Array, "B T"], valid_len: Int[Array, "B"],
+                     window: Int[Array, ""] | None = None) -> Float[Array, "B T H Dh"]:
+  """Grouped-query attention of q (at cache slots `q_slots`) over one layer's first W cache slots, every slot read
+  and masked by `visible`; same semantics as `cached_attention` while valid_len <= W."""
+  B, T, H, Dh = q.shape
+  K, W = k.shape[1], k.shape[2]
+  G = H // K
+  qg = q.reshape(B, T, K, G, Dh)
+  s = jnp.einsum("btkgd,bksd->bkgts", qg, k.astype(q.dtype), preferred_element_type=jnp.float32) * (Dh ** -0.5)
+  mask = visible(jnp.arange(W), q_slots, valid_len, window)[:, None, None]  # [B, 1, 1, T, W]
+  s = jnp.where(mask, s, _MASKED)
+  p = jnp.where(mask, jnp.exp(s - s.max(axis=-1, keepdims=True)), 0.0)
+  out = jnp.einsum("bkgts,bksd->bkgtd", p.astype(q.dtype), v.astype(q.dtype), preferred_element_type=jnp.float32)
+  out = out / jnp.maximum(p.sum(axis=-1), jnp.finfo(jnp.float32).tiny)[..., None]
   return out.transpose(0, 3, 1, 2, 4).reshape(B, T, H, Dh).astype(q.dtype)

@@ -88,6 +88,15 @@ class WhisperCache:
   cross_k: tuple[Float[Array, "B H T Dh"], ...]  # one array per decoder layer (see the module docstring)
   cross_v: tuple[Float[Array, "B H T Dh"], ...]
 
+  @property
+  def max_len(self) -> int:
+    return self.k.shape[2]
+
+  def padded(self, max_len: int) -> "WhisperCache":
+    """This cache with empty self-attention slots appended up to `max_len`."""
+    pad = [(0, 0), (0, 0), (0, max_len - self.max_len), (0, 0), (0, 0)]
+    return self.replace(k=jnp.pad(self.k, pad), v=jnp.pad(self.v, pad))
+
 
 def _param(rngs: nnx.Rngs, shape: tuple[int, ...], cfg: WhisperConfig, logical: tuple, *, fill: float | None = None,
            scale: float = 0.02) -> nnx.Param:
