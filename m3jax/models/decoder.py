@@ -182,8 +182,8 @@ class KVCache:
 class LayerKV:
   """The decode loop's cache: per layer, keys and values `[B, K, W, Dh]` of the first W slots (`window_attention`).
 
-  WHY: XLA:CPU copies any slice of the stacked `[L, B, S, K, Dh]` cache that a dot reads, every step and layer;
-  separate arrays are read in place. Unrolled layers only (`Decoder.hidden(layers=...)`)."""
+  WHY: XLA:CPU copies any slice of the stacked cache that a dot reads, every step and layer; separate arrays are
+  read in place. Unrolled layers only (`Decoder.hidden(layers=...)`)."""
 
   k: tuple[Float[Array, "B K W Dh"], ...]
   v: tuple[Float[Array, "B K W Dh"], ...]
