@@ -5,7 +5,8 @@
 Same weights (the shipped GGUF, dequantised by each library), same thread count, greedy, no early stop. Also
 measures, in the same run, the machine's floors for this model:
 * the weight-matmul floor: one jitted step made of the weight matmuls alone (no attention, no cache, no sampling)
-  at batch 8, over separate per-layer arrays (`step_over_matmul_floor_b8`);
+  at batch 8, over per-layer arrays, the faster of separate and fused q/k/v and gate/up matmuls
+  (`step_over_matmul_floor_b8`);
 * the weight-read floor at batch 1: the fastest of a jitted reduction over every weight byte a step reads and the
   batch-1 matmul step (a matvec per weight), since a batch-1 step cannot run faster than it reads its weights
   (`step_over_bandwidth_floor_b1`);
@@ -159,21 +160,33 @@ def _layer_weights(model):
 
 
 def _matmul_floor_step(model, batch: int, best) -> float:
-  """One step of the model's weight matmuls alone (q, k, v, o, gate, up, down per layer + lm_head)."""
+  """One step of the model's weight matmuls alone (q, k, v, o, gate, up, down per layer + lm_head): the faster of
+  separate matmuls and q/k/v and gate/up fused into one matmul each, as the decode's split layers hold them."""
+  return min(_matmul_step(model, batch, best, fused) for fused in (False, True))
+
+
+def _matmul_step(model, batch: int, best, fused: bool) -> float:
   import jax
   import jax.numpy as jnp
 
   from m3jax.models.decoder import dense
 
-  weights, head = _layer_weights(model), model.lm_head_weight()
+  head = model.lm_head_weight()
+  q_end = model.cfg.num_heads * model.cfg.head_dim
+  kv_end = q_end + model.cfg.num_kv_heads * model.cfg.head_dim
 
   @jax.jit
   def step(x, weights, head):
     def layer(x, w):  # the decoder's own 2-D matmuls (`dense`), nothing else
-      q, k, v = (dense(x, w[n], 1, jnp.float32) for n in ("wq", "wk", "wv"))
-      o = dense(q, w["wo"], 2, jnp.float32)
-      h = dense(o, w["w_gate"], 1, jnp.float32) * dense(o, w["w_up"], 1, jnp.float32)
-      return x + dense(h, w["w_down"], 1, jnp.float32), (k, v)  # k, v are outputs so they are computed
+      if fused:
+        qkv = dense(x, w["w_qkv"], 1, jnp.float32)
+        q, k, v = qkv[:, :q_end].reshape(x.shape[0], *w["wo"].shape[:2]), qkv[:, q_end:kv_end], qkv[:, kv_end:]
+        gate, up = jnp.split(dense(dense(q, w["wo"], 2, jnp.float32), w["w_gate_up"], 1, jnp.float32), 2, -1)
+      else:
+        q, k, v = (dense(x, w[n], 1, jnp.float32) for n in ("wq", "wk", "wv"))
+        o = dense(q, w["wo"], 2, jnp.float32)
+        gate, up = dense(o, w["w_gate"], 1, jnp.float32), dense(o, w["w_up"], 1, jnp.float32)
+      return x + dense(gate * up, w["w_down"], 1, jnp.float32), (k, v)  # k, v are outputs so they are computed
 
     kv = []
     for w in weights:  # unrolled over separate per-layer arrays: on XLA:CPU the fastest form (no weight copies)
@@ -181,7 +194,8 @@ def _matmul_floor_step(model, batch: int, best) -> float:
       kv.append(out)
     return x @ head, kv
 
-  weights = [{n: jnp.array(v[i]) for n, v in weights.items()} for i in range(model.cfg.num_layers)]
+  names = ("w_qkv", "wo", "w_gate_up", "w_down") if fused else ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
+  weights = [{n: w[n] for n in names} for w in model.split_layers(fuse=fused)]
   x = jnp.ones((batch, model.cfg.hidden_size), jnp.float32)
   jax.block_until_ready(step(x, weights, head))
   reps = 20

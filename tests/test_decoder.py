@@ -31,6 +31,20 @@ def test_tiny_logits_match_transformers(tiny_dirs, name):
   assert_close_to_reference(logits, ref32, ref64, what=f"{name} logits")
 
 
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_fused_split_layers_match_transformers(tiny_dirs, name):
+  """The decode step's per-layer weights with q/k/v and gate/up fused (biases and q/k norms included)."""
+  path, ref_model = tiny_dirs[name]
+  model = load_hf(path)
+  fused = model.split_layers()
+  assert "w_qkv" in fused[0] and "wq" not in fused[0] and "w_gate_up" in fused[0]
+  toks = _tokens()
+  ref32, ref64 = torch_f32_f64(ref_model, lambda m, _: m(torch.tensor(toks)).logits)
+  logits, _ = model(jnp.asarray(toks), layers=fused)
+  assert_close_to_reference(logits, ref32, ref64, what=f"{name} fused-layer logits")
+  assert "wq" in model.split_layers(fuse=False)[0]
+
+
 def test_padded_rows_and_cache_chunks_match_full_forward(tiny_dirs):
   model = load_hf(tiny_dirs["qwen3"][0])
   toks = _tokens(2, 12)

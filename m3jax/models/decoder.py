@@ -329,11 +329,13 @@ class Decoder(nnx.Module):
     new_cache = None if cache is None else KVCache(ck, cv, valid_len)
     return rms_norm(x, self.final_norm[...], self.cfg.rms_norm_eps), new_cache
 
-  def split_layers(self) -> list[dict[str, Any]]:
-    """The layer weights (and adapters) as one dict of separate arrays per layer, for `hidden(layers=...)`.
+  def split_layers(self, fuse: bool = True) -> list[dict[str, Any]]:
+    """The layer weights (and adapters) as one dict of separate arrays per layer, for `hidden(layers=...)`; with
+    `fuse` and no adapters attached, q/k/v and gate/up as one matrix each (`_fuse_projections`).
     Copies every weight once: call it outside jit, again after the weights change."""
     stacked = self._stacked_layer_params()
-    return [jax.tree.map(lambda v: jnp.array(v[i]), stacked) for i in range(self.cfg.num_layers)]
+    layers = [jax.tree.map(lambda v: jnp.array(v[i]), stacked) for i in range(self.cfg.num_layers)]
+    return [_fuse_projections(p) for p in layers] if fuse and self.lora is None else layers
 
   # ---------------------------------------------------------------------------------------------- internals
   def _stacked_layer_params(self) -> dict[str, Any]:
@@ -364,7 +366,13 @@ class Decoder(nnx.Module):
       return y if adapter is None else lora_lib.add_delta(y, x, *adapter, n_in, self.lora.cfg.scale, dt)
 
     h = rms_norm(x, p["attn_norm"], c.rms_norm_eps)
-    q, k, v = mm(h, "wq", "bq", 1), mm(h, "wk", "bk", 1), mm(h, "wv", "bv", 1)
+    if "w_qkv" in p:  # `_fuse_projections`
+      qkv = mm(h, "w_qkv", "b_qkv", 1)
+      q_end, k_end = c.num_heads * c.head_dim, (c.num_heads + c.num_kv_heads) * c.head_dim
+      heads = lambda y: y.reshape(*y.shape[:-1], -1, c.head_dim)
+      q, k, v = heads(qkv[..., :q_end]), heads(qkv[..., q_end:k_end]), heads(qkv[..., k_end:])
+    else:
+      q, k, v = mm(h, "wq", "bq", 1), mm(h, "wk", "bk", 1), mm(h, "wv", "bv", 1)
     q, k, v = q.astype(dt), k.astype(dt), v.astype(dt)
     if c.qk_norm:
       q, k = rms_norm(q, p["q_norm"], c.rms_norm_eps), rms_norm(k, p["k_norm"], c.rms_norm_eps)
@@ -392,10 +400,29 @@ class Decoder(nnx.Module):
       attn = attention(q, k, v, slots, valid_len, window)
     x = x + mm(attn, "wo", "bo", 2).astype(dt)
     h = rms_norm(x, p["mlp_norm"], c.rms_norm_eps)
-    gate, up = mm(h, "w_gate", "b_gate", 1), mm(h, "w_up", "b_up", 1)
+    if "w_gate_up" in p:
+      gate, up = jnp.split(mm(h, "w_gate_up", "b_gate_up", 1), 2, axis=-1)
+    else:
+      gate, up = mm(h, "w_gate", "b_gate", 1), mm(h, "w_up", "b_up", 1)
     down = mm((_ACT[c.hidden_act](gate) * up).astype(dt), "w_down", "b_down", 1)
     x = x + down.astype(dt)
     return x, ck, cv
+
+
+def _fuse_projections(p: dict[str, Array]) -> dict[str, Array]:
+  """One layer's q/k/v and gate/up weights (and biases) concatenated along their outputs: the decode step then runs
+  two matmuls where it ran five. At batch 8-32 a row of a decode step is too small for XLA:CPU to keep its cores
+  busy, so one wider matmul beats several narrow ones over the same input (bench/decode.py)."""
+  p = dict(p)
+  d = p["wq"].shape[0]
+  flat = lambda name: p.pop(name).reshape(d, -1)
+  p["w_qkv"] = jnp.concatenate([flat("wq"), flat("wk"), flat("wv")], axis=-1)
+  p["w_gate_up"] = jnp.concatenate([p.pop("w_gate"), p.pop("w_up")], axis=-1)
+  if "bq" in p:
+    p["b_qkv"] = jnp.concatenate([p.pop(b).reshape(-1) for b in ("bq", "bk", "bv")])
+  if "b_gate" in p:
+    p["b_gate_up"] = jnp.concatenate([p.pop("b_gate"), p.pop("b_up")])
+  return p
 
 
 def dense(x: Array, w: Array, n_in: int, dtype) -> Array:
