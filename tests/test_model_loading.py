@@ -51,7 +51,7 @@ def test_sampler_greedy_matches_transformers_generate(tiny_dirs, name):
 
 @pytest.mark.parametrize("name", ["qwen2_window", "mistral_window"])
 def test_sliding_window_in_blocked_paths(tiny_dirs, name):
-  """attention_chunk < T: the cache-free forward runs causal_attention, a KV-cache prefill chunked_attention."""
+  """attention_chunk < T: the cache-free forward runs causal_attention, a KV-cache prefill prefill_attention."""
   path, ref = tiny_dirs[name]
   toks = np.random.RandomState(1).randint(0, 320, (2, 19))
   with torch.no_grad():

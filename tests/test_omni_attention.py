@@ -1,7 +1,7 @@
-"""Chunked attention for long multimodal prompts: the query-blocked paths of the LM (decoder.chunked_attention with a
-KV cache, causal_attention without one) and of the vision tower (common.segment_attention with `chunk`) equal the
-whole-sequence paths (values and gradients, <=1e-5), inside the thinker and its SFT loss too, and the compiled
-program really holds less attention memory."""
+"""Chunked attention for long multimodal prompts: the query-blocked paths of the LM (kv_attention.prefill_attention
+with a KV cache, causal_attention without one) and of the vision tower (common.segment_attention with `chunk`) equal
+the whole-sequence paths (values, and gradients where they train, <=1e-5), inside the thinker and its SFT loss too,
+and the compiled program really holds less attention memory."""
 
 import dataclasses
 
@@ -12,7 +12,8 @@ import pytest
 from flax import nnx
 
 from m3jax.models.causal_attention import causal_attention
-from m3jax.models.decoder import attention, chunked_attention
+from m3jax.models.decoder import attention
+from m3jax.models.kv_attention import prefill_attention
 from m3jax.models.omni.common import SegmentLayout, segment_attention
 from m3jax.engine.omni_generate import generate
 from m3jax.models.omni.processor import ProcessorConfig
@@ -37,25 +38,25 @@ def _qkv(seed, B, T, S, H, K, Dh):
 
 
 @pytest.mark.parametrize("chunk", [7, 16, 64])
-def test_chunked_attention_equals_attention_with_cache_offsets(chunk):
-  """Ragged rows written at different cache offsets (prefill after earlier turns), a chunk that does not divide T."""
-  B, T, S, H, K, Dh = 3, 50, 80, 4, 2, 8
+@pytest.mark.parametrize("window", [None, 6])
+def test_prefill_attention_equals_attention_with_cache_offsets(chunk, window):
+  """Ragged rows written at different cache offsets (prefill after earlier turns), a chunk that does not divide T,
+  a row fed nothing beside a long cached one (it must not change the others), with and without a sliding window.
+  Forward only: the cache paths never train."""
+  B, T, S, H, K, Dh = 4, 50, 384, 4, 2, 8
   q, k, v = _qkv(0, B, T, S, H, K, Dh)
-  start = jnp.asarray([0, 13, 30])
+  ck, cv = (jnp.stack([jnp.zeros_like(x), x]).swapaxes(2, 3) for x in (k, v))  # [L=2, B, K, S, Dh], layer 1 read
+  start = jnp.asarray([0, 13, 30, 300])
+  fed = jnp.asarray([50, 21, 44, 0])
   slots = start[:, None] + jnp.arange(T)[None]
-  valid = start + jnp.asarray([50, 21, 44])
-  want = jax.jit(attention)(q, k, v, slots, valid)
-  got = jax.jit(chunked_attention, static_argnums=5)(q, k, v, slots, valid, chunk)
-  # only rows' real queries matter (padding queries see an empty/partial window in both paths alike)
-  np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5, rtol=0)
-  w = jnp.asarray(np.random.default_rng(1).standard_normal(want.shape), jnp.float32)
-  loss = lambda fn: (lambda q, k, v: jnp.sum(fn(q, k, v) * w))
-  gw = jax.jit(jax.grad(loss(lambda q, k, v: attention(q, k, v, slots, valid)), argnums=(0, 1, 2)))(q, k, v)
-  gg = jax.jit(jax.grad(loss(lambda q, k, v: chunked_attention(q, k, v, slots, valid, chunk)),
-                        argnums=(0, 1, 2)))(q, k, v)
-  for a, b in zip(gg, gw):
-    assert float(jnp.abs(b).max()) > 1e-3  # gradients are not trivially zero
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5, rtol=0)
+  valid = start + fed
+  w = None if window is None else jnp.int32(window)
+  want = jax.jit(attention)(q, k, v, slots, valid, w)
+  got = jax.jit(prefill_attention, static_argnums=6)(q, ck, cv, jnp.int32(1), slots, valid, chunk, w)
+  real = (jnp.arange(T)[None] < fed[:, None])[..., None, None]  # padding queries' outputs are never read
+  assert float(jnp.abs(jnp.where(real, want, 0.0)).max()) > 0.1
+  np.testing.assert_allclose(np.asarray(jnp.where(real, got, 0.0)), np.asarray(jnp.where(real, want, 0.0)),
+                             atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("chunk,dtype", [(7, jnp.float32), (16, jnp.float32), (16, jnp.bfloat16)])
@@ -102,7 +103,7 @@ def _torch_causal_loss_and_grads(q, k, v, valid, w):
   return list(zip(run(torch.float32), run(torch.float64)))
 
 
-def test_chunked_attention_compiles_to_less_memory():
+def test_blocked_attention_compiles_to_less_memory():
   """The point of chunking: XLA's temp buffers for T=2048 drop well below the [B, H, T, T] score size, and the
   causal path's training step (forward + backward) grows linearly with T, not quadratically."""
   B, H, K, Dh = 1, 4, 2, 16
@@ -113,7 +114,8 @@ def test_chunked_attention_compiles_to_less_memory():
     temp = lambda f: jax.jit(f).lower(q, k, v).compile().memory_analysis().temp_size_in_bytes
     grad = lambda f: jax.grad(lambda q, k, v: jnp.sum(f(q, k, v)), argnums=(0, 1, 2))
     return (temp(lambda q, k, v: attention(q, k, v, slots, valid)),
-            temp(lambda q, k, v: chunked_attention(q, k, v, slots, valid, 128)),
+            temp(lambda q, k, v: prefill_attention(q, k.swapaxes(1, 2)[None], v.swapaxes(1, 2)[None], 0, slots, valid,
+                                                   128)),
             temp(grad(lambda q, k, v: causal_attention(q, k, v, valid, 128))))
 
   scores = B * H * 2048 * 2048 * 4

@@ -1,5 +1,7 @@
 """Sampler: greedy parity with transformers on ragged batches, continuation, buckets, stops, sampling, sharding."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -153,11 +155,33 @@ def test_a_reset_slot_takes_a_new_prompt_while_the_others_continue(tiny):
   np.testing.assert_allclose(mixed.logprobs[1], alone.logprobs[0], atol=1e-5)
   plain = sampler.continue_(sampler.generate(prompts).state, [[7, 8], None, None, [3]], short)
   assert [mixed.tokens[0], mixed.tokens[2]] == plain.tokens
-  # the mixed call prefilled the prompt (width 32) and the two short chunks (width 16) as groups of their own
-  assert sampler._width_groups(np.array([3, 20, 0, 2]), short) == [([0, 3], 16), ([1], 32)]
   assert 0 < sampler.decode_tokens <= sampler.decode_row_steps
   with pytest.raises(ValueError, match="outside"):
     sampler.reset_rows(first.state, [4])
+
+
+def test_prefill_in_pieces_equals_one_call(tiny):
+  """A long prefill in pieces over the rows still fed (`_prefill_pieces`): first prompts of ragged lengths, then
+  continuations of ragged lengths at each row's own cache offset (one row fed nothing), give the tokens and
+  log-probs of one call at the longest row's width; the plan computes each row's length rounded up to a piece."""
+  model, _, _ = tiny
+  short = SamplingConfig(max_new_tokens=6, greedy=True)
+  pieces = dataclasses.replace(short, prefill_piece=16)
+  prompts = _prompts((40, 5, 17, 9, 26, 12, 3, 21, 14, 8))
+  more = _prompts((19, 0, 7, 25, 2, 11, 16, 4, 9, 13), seed=5)
+  more[1] = None
+  one, split = Sampler(model, dataclasses.replace(short, prefill_piece=0)), Sampler(model, pieces)
+  a, b = one.generate(prompts), split.generate(prompts)
+  a2, b2 = one.continue_(a.state, more), split.continue_(b.state, more)
+  assert a.tokens == b.tokens and a2.tokens == b2.tokens
+  for x, y in zip(a.logprobs + a2.logprobs, b.logprobs + b2.logprobs):
+    np.testing.assert_allclose(y, x, atol=1e-5)
+  assert split.prefill_tokens == one.prefill_tokens
+  plan = split._prefill_pieces(np.array([19, 0, 7, 25, 2, 11, 16, 4, 9, 13, 0, 0, 0, 0, 0, 0]), 16, pieces)
+  assert plan == [([0, 2, 3, 4, 5, 6, 7, 8, 9], 0, 16, 16, 16), ([0, 3], 16, 32, 16, 2)]
+  # a piece is at least the smallest width bucket (16), so no piece pads to a wider one
+  assert split._prefill_pieces(np.array([19, 0, 7, 25]), 4, dataclasses.replace(pieces, prefill_piece=8))[0][1:4] == (
+      0, 16, 16)
 
 
 def test_a_few_fed_rows_decode_in_a_batch_of_their_own(tiny):

@@ -48,6 +48,9 @@ class SamplingConfig:
   stop_check_interval: int = 32
   length_buckets: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
   batch_buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+  # a prefill longer than this many tokens runs as pieces of it, each over the rows still fed (`Sampler`'s
+  # `_prefill_pieces`); 0 = one call at the longest row's width bucket; None = 64 on CPU, 0 on accelerators
+  prefill_piece: int | None = None
 
   def __post_init__(self):
     if self.max_new_tokens < 1:
@@ -60,6 +63,8 @@ class SamplingConfig:
       raise ValueError(f"top_k must be >= 0, got {self.top_k}")
     if self.stop_strings and self.stop_check_interval < 1:
       raise ValueError("stop_check_interval must be >= 1")
+    if self.prefill_piece is not None and self.prefill_piece < 0:
+      raise ValueError(f"prefill_piece must be >= 0 (0 = one call), got {self.prefill_piece}")
 
 
 def sample_token(logits: jax.Array, key: jax.Array, cfg: SamplingConfig) -> tuple[jax.Array, jax.Array]:
@@ -174,4 +179,4 @@ def window_slots(fill: int, slots: int) -> int:
 
 def _decode_options(cfg: SamplingConfig) -> SamplingConfig:
   """The fields the decode program depends on (so stop strings or seeds never cause a recompile)."""
-  return dataclasses.replace(cfg, stop_strings=(), seed=0, stop_check_interval=1)
+  return dataclasses.replace(cfg, stop_strings=(), seed=0, stop_check_interval=1, prefill_piece=0)

@@ -34,7 +34,7 @@ from m3jax.models import lora as lora_lib
 from m3jax.models import rope as rope_lib
 from m3jax.models.causal_attention import causal_attention
 from m3jax.models.hf_config import ACTIVATIONS, decoder_kwargs
-from m3jax.models.kv_attention import cached_attention, visible, window_attention
+from m3jax.models.kv_attention import cached_attention, prefill_attention, visible, window_attention
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 _ACT = {"silu": jax.nn.silu, "swish": jax.nn.silu, "gelu": functools.partial(jax.nn.gelu, approximate=False),
@@ -71,7 +71,7 @@ class DecoderConfig:
   compute_dtype: str = "float32"
   remat: bool = False  # recompute each layer in the backward pass (training memory ~ one layer's activations)
   model_type: str = "llama"
-  # > 0: queries attend in blocks of this many (`causal_attention` without a KV cache, `chunked_attention` with one),
+  # > 0: queries attend in blocks of this many (`causal_attention` without a KV cache, `kv_attention.prefill_attention` with one),
   # so a long prefill / training sequence never materialises [B, H, T, S] scores; 0 (default) = one block
   attention_chunk: int = 0
 
@@ -392,8 +392,7 @@ class Decoder(nnx.Module):
       # without a cache query t is slot t
       attn = causal_attention(q, k, v, valid_len, c.attention_chunk, window=window)
     elif blocked:
-      attn = chunked_attention(q, ck[layer].swapaxes(1, 2).astype(dt), cv[layer].swapaxes(1, 2).astype(dt), slots,
-                               valid_len, c.attention_chunk, window)
+      attn = prefill_attention(q, ck, cv, layer, slots, valid_len, c.attention_chunk, window)
     elif use_cache:  # decode and short prefills: only the filled key blocks are read
       attn = cached_attention(q, ck, cv, layer, slots, valid_len, window)
     else:
@@ -475,27 +474,6 @@ def grouped_attention(q: Float[Array, "B T H Dh"], k: Float[Array, "B S K Dh"], 
   probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype).reshape(B, K, G * T, S)
   out = jnp.einsum("bkqs,bksd->bkqd", probs, vt, preferred_element_type=jnp.float32)
   return out.reshape(B, K, G, T, Dh).transpose(0, 3, 1, 2, 4).reshape(B, T, H, Dh).astype(q.dtype)
-
-
-def chunked_attention(q: Float[Array, "B T H Dh"], k: Float[Array, "B S K Dh"], v: Float[Array, "B S K Dh"],
-                      q_slots: Int[Array, "B T"], valid_len: Int[Array, "B"], chunk: int,
-                      window: Int[Array, ""] | None = None) -> Float[Array, "B T H Dh"]:
-  """`grouped_attention` over blocks of `chunk` queries, each block rematerialised in the backward pass.
-
-  Peak score memory is [B, H, chunk, S] instead of [B, H, T, S] (a 10k-token multimodal prompt at 28 heads would
-  be 11 GB of f32 scores); every query row's softmax is the same computation as unchunked. This is the KV-cache
-  path (prefill after earlier turns); without a cache `causal_attention` also skips the masked key blocks.
-  """
-  B, T, H, Dh = q.shape
-  n = -(-T // chunk)
-  pad = n * chunk - T
-  qp = jnp.pad(q, ((0, 0), (0, pad), (0, 0), (0, 0)))
-  sp = jnp.pad(q_slots, ((0, 0), (0, pad)), mode="edge")  # padded queries are computed and dropped
-  qb = qp.reshape(B, n, chunk, H, Dh).swapaxes(0, 1)
-  sb = sp.reshape(B, n, chunk).swapaxes(0, 1)
-  block = jax.checkpoint(lambda xs: grouped_attention(xs[0], k, v, xs[1], valid_len, window))
-  out = jax.lax.map(block, (qb, sb))  # [n, B, chunk, H, Dh]
-  return out.swapaxes(0, 1).reshape(B, n * chunk, H, Dh)[:, :T]
 
 
 def logical_axes(model: nnx.Module) -> Any:

@@ -79,6 +79,36 @@ def cached_attention(q: Float[Array, "B T H Dh"], ck: Float[Array, "L B K S Dh"]
   return out.transpose(0, 3, 1, 2, 4).reshape(B, T, H, Dh).astype(q.dtype)
 
 
+def prefill_attention(q: Float[Array, "B T H Dh"], ck: Float[Array, "L B K S Dh"], cv: Float[Array, "L B K S Dh"],
+                      layer: Int[Array, ""], q_slots: Int[Array, "B T"], valid_len: Int[Array, "B"], chunk: int,
+                      window: Int[Array, ""] | None = None) -> Float[Array, "B T H Dh"]:
+  """`cached_attention` over blocks of `chunk` queries: a prefill of T tokens written after each row's cached ones.
+
+  WHY: a rollout's prefill pads its rows to a width bucket and its cache to a slot bucket, and scoring every query
+  against every slot spent most of its time on scores that the mask then throws away. Here a query block visits
+  only the key blocks some row's queries of that block can see (below min(valid_len, start + block end)), and the
+  loop stops after the last block holding a real query of any row; a row fed nothing reads no key at all. Every
+  real query's softmax is `cached_attention`'s; padding queries (past a row's `valid_len`) return what their
+  bounded keys give, which nothing reads. Forward only, as `cached_attention`."""
+  B, T, H, Dh = q.shape
+  n = -(-T // chunk)
+  pad = n * chunk - T
+  qp = jnp.pad(q, ((0, 0), (0, pad), (0, 0), (0, 0)))
+  sp = jnp.pad(q_slots, ((0, 0), (0, pad)), mode="edge")
+  start = q_slots[:, 0]
+  fed = valid_len - start
+  live = (jnp.max(fed) + chunk - 1) // chunk  # query blocks holding a real query of some row
+
+  def body(i, out):
+    qb = jax.lax.dynamic_slice_in_dim(qp, i * chunk, chunk, axis=1)
+    sb = jax.lax.dynamic_slice_in_dim(sp, i * chunk, chunk, axis=1)
+    seen = jnp.where(fed > 0, jnp.minimum(valid_len, start + (i + 1) * chunk), 0)  # the keys this block can see
+    return jax.lax.dynamic_update_slice_in_dim(out, cached_attention(qb, ck, cv, layer, sb, seen, window),
+                                               i * chunk, axis=1)
+
+  return jax.lax.fori_loop(0, live, body, jnp.zeros_like(qp))[:, :T]
+
+
 def window_attention(q: Float[Array, "B T H Dh"], k: Float[Array, "B K W Dh"], v: Float[Array, "B K W Dh"],
                      q_slots: Int[Array, "B T"], valid_len: Int[Array, "B"],
                      window: Int[Array, ""] | None = None) -> Float[Array, "B T H Dh"]:
