@@ -84,8 +84,9 @@ def prefill_attention(q: Float[Array, "B T H Dh"], ck: Float[Array, "L B K S Dh"
                       window: Int[Array, ""] | None = None) -> Float[Array, "B T H Dh"]:
   """`cached_attention` over blocks of `chunk` queries: a prefill of T tokens written after each row's cached ones.
 
-  WHY: a rollout's prefill pads its rows to a width bucket and its cache to a slot bucket, and scoring every query
-  against every slot spent most of its time on scores that the mask then throws away. Here a query block visits
+  WHY: a prefill pads its rows to a width bucket and its cache to a slot bucket, and scoring every query block
+  against every slot computed scores that the mask then threw away (an RL rollout's 32-row prefill at width 512
+  into 1024 slots: 33.1 s that way, 26.4 s this way, SmolLM2-135M on 2 cores). Here a query block visits
   only the key blocks some row's queries of that block can see (below min(valid_len, start + block end)), and the
   loop stops after the last block holding a real query of any row; a row fed nothing reads no key at all. Every
   real query's softmax is `cached_attention`'s; padding queries (past a row's `valid_len`) return what their

@@ -154,7 +154,7 @@ class Learner:
     rows = {"tokens": batch["tokens"], "lengths": batch["lengths"],
             "mask": batch.get("mask", np.ones((n, t), np.float32))}
     out = np.zeros((n, t), np.float32), np.zeros((n, t), np.float32)
-    for idx, width in self._micro_batches(batch["lengths"], np.arange(n), t):
+    for idx, width in self._micro_batches(batch["lengths"], np.arange(n), t, batch.get("mask")):
       x = self._slice(rows, idx, width)
       logp, ent = _logprobs_fn(self.graphdef, self.cfg, self.rest, params, x["tokens"], x["lengths"], x["mask"],
                                x.get("positions"))
@@ -178,7 +178,7 @@ class Learner:
         # for every mini-batch, and valid input on every process of a multi-process mesh)
         denom = np.float32(losses.denominator(batch["mask"][rows], self.cfg.loss.agg_mode))
         acc = None
-        for idx, width in self._micro_batches(batch["lengths"], rows, batch["tokens"].shape[1]):
+        for idx, width in self._micro_batches(batch["lengths"], rows, batch["tokens"].shape[1], batch["mask"]):
           part = _grad_sums(self.graphdef, self.cfg, self.rest, self.params, self._slice(batch, idx, width), denom)
           acc = part if acc is None else _add(acc, part)
         self.params, self.opt_state, metrics = _apply(self.cfg.optim, self.params, self.opt_state, *acc, denom)
@@ -213,14 +213,20 @@ class Learner:
       raise LearnerConfigError(f"micro-batch of {m} rows does not split over {shards} data×fsdp devices")
     return n // m
 
-  def _micro_batches(self, lengths: np.ndarray, rows: np.ndarray, width: int) -> list[tuple[np.ndarray, int]]:
+  def _micro_batches(self, lengths: np.ndarray, rows: np.ndarray, width: int,
+                     mask: np.ndarray | None = None) -> list[tuple[np.ndarray, int]]:
     """(row indices [A, M], width) per jitted call: all A micro-batches at the batch's width at once, or with
-    `length_bucket` one micro-batch per call, rows sorted by length, each cut to its own length bucket."""
+    `length_bucket` one micro-batch per call, rows sorted by length, each cut to its own length bucket; there a
+    micro-batch with no trained position in `mask` is left out."""
     a = self._micro(len(rows))
     if not self.cfg.length_bucket:  # strided, so the contiguous M-shards of every micro-batch stay on their devices
       return [(rows.reshape(len(rows) // a, a).T, width)]
     by_length = rows[np.argsort(lengths[rows], kind="stable")].reshape(a, -1)
-    return [(r[None], bucket_length(int(lengths[r].max()), self.cfg.length_bucket, width)) for r in by_length]
+    # a micro-batch of padding rows only (a rollout batch keeps its shape when dynamic sampling keeps fewer
+    # groups) adds exact zeros to the gradient sums and has no log-prob anyone reads: it is not run, unless nothing
+    # else is
+    real = [r for r in by_length if mask is None or mask[r].any()] or list(by_length[:1])
+    return [(r[None], bucket_length(int(lengths[r].max()), self.cfg.length_bucket, width)) for r in real]
 
   def _slice(self, batch: Batch, idx: np.ndarray, width: int) -> dict[str, jax.Array]:
     """The rows `idx` ([A, M]) of every batch array, cut to `width` positions, placed as `_put` places them;
