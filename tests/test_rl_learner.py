@@ -313,8 +313,9 @@ def test_length_bucketed_update_is_the_same_objective_on_ragged_rows():
 
 def test_micro_batches_of_padding_rows_are_not_run():
   """A rollout batch whose dynamic sampling kept fewer groups than its rows holds padding rows (length 1, nothing
-  trained, as `rollout.build_batch` pads): the bucketed learner leaves their micro-batch out, and trains what the unbucketed learner, which runs
-  every row, trains (params within 10x its float32 distance to itself run with another micro-batch order)."""
+  trained, as `rollout.build_batch` pads): the bucketed learner leaves their micro-batch out, and trains what the
+  unbucketed learner, which runs every row, trains (params within 10x its float32 distance to itself run with
+  another micro-batch order)."""
   model = _model(1)
   batch = _dapo_batch(model, RAGGED)
   for k in ("tokens", "mask", "advantages", "old_logp"):
