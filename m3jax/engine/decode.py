@@ -48,9 +48,9 @@ class SamplingConfig:
   stop_check_interval: int = 32
   length_buckets: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
   batch_buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
-  # a prefill longer than this many tokens runs as pieces of it, each over the rows still fed (`Sampler`'s
-  # `_prefill_pieces`); 0 = one call at the longest row's width bucket; None = 64 on CPU, 0 on accelerators
-  prefill_piece: int | None = None
+  # > 0: a prefill longer than this many tokens runs as pieces of it, each over the rows still fed (`Sampler`'s
+  # `_prefill_pieces`; RL rollouts on CPU use 64); 0 = one call at the longest row's width bucket
+  prefill_piece: int = 0
 
   def __post_init__(self):
     if self.max_new_tokens < 1:
@@ -63,7 +63,7 @@ class SamplingConfig:
       raise ValueError(f"top_k must be >= 0, got {self.top_k}")
     if self.stop_strings and self.stop_check_interval < 1:
       raise ValueError("stop_check_interval must be >= 1")
-    if self.prefill_piece is not None and self.prefill_piece < 0:
+    if self.prefill_piece < 0:
       raise ValueError(f"prefill_piece must be >= 0 (0 = one call), got {self.prefill_piece}")
 
 

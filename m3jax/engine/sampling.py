@@ -318,8 +318,6 @@ class Sampler:
     WHY: an RL rollout's continuation prefill fed 32 rows of 155-363 tokens at width 512: half of the computed
     positions were padding, and so were most of the scores its attention computed."""
     piece = cfg.prefill_piece
-    if piece is None:
-      piece = 64 if jax.default_backend() == "cpu" else 0
     longest = int(chunk_len.max())
     if piece:
       piece = _bucket(min(piece, longest), cfg.length_buckets)  # a piece narrower than its width bucket pads
