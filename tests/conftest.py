@@ -6,14 +6,21 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  # One XLA compilation cache for this run, shared by pytest's workers and every subprocess a test starts (they
+  # inherit the environment): many files and the CLI subprocesses compile the same tiny models at the same shapes.
+  # The process that made it (pytest's controller) removes it on exit, so every run starts cold, as CI does.
+  import atexit
+  import shutil
+  import tempfile
+
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="m3jax-test-xla-")
+  atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 
 import jax  # noqa: E402
 
 jax.config.update("jax_default_matmul_precision", "highest")
-
-from m3jax.host_memory import retain_freed_memory  # noqa: E402
-
-retain_freed_memory()  # as the entry points do: XLA:CPU's per-call temporaries stay in the heap
 
 import gc  # noqa: E402
 
@@ -32,6 +39,18 @@ def _map_limit() -> int:
 _MAP_LIMIT = _map_limit()
 
 
+def _libc_malloc_trim():
+  import ctypes
+  import ctypes.util
+  try:
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+  except (OSError, AttributeError):  # not glibc
+    return None
+
+
+_malloc_trim = _libc_malloc_trim()
+
+
 @pytest.fixture(autouse=True)
 def _bounded_memory_maps():
   """Drops jax's caches once the process holds half the kernel's memory-map limit.
@@ -46,6 +65,18 @@ def _bounded_memory_maps():
       if sum(1 for _ in maps) > _MAP_LIMIT // 2:
         jax.clear_caches()
         gc.collect()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _compile_caches_per_module():
+  """Drops jax's in-memory executables after each test file: a worker otherwise holds every executable of every
+  file it ran (several GB by the end of the suite), and the next file recompiles only what it uses, mostly from
+  the shared compilation cache above."""
+  yield
+  jax.clear_caches()
+  gc.collect()
+  if _malloc_trim is not None:
+    _malloc_trim(0)  # hand the freed heap back: in-process CLI calls raise glibc's trim threshold to 1 GiB
 
 
 @pytest.fixture(scope="session")

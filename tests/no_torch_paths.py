@@ -34,13 +34,25 @@ def _site_without_torch(work: pathlib.Path, real: pathlib.Path) -> None:
   site.addsitedir(str(site_dir))
 
 
+def _memory() -> str:
+  status = dict(line.split(":", 1) for line in open("/proc/self/status") if line.startswith(("VmRSS", "VmHWM")))
+  return ", ".join(f"{k} {int(v.split()[0]) / 2**20:.1f} GB" for k, v in status.items())
+
+
 def run(name: str, main, argv: list[str]) -> str:
+  """Runs one command in this process, then drops jax's executables and the command's garbage: the commands
+  share nothing, and holding every one's executables raised this process to ~6 GB beside the test workers."""
+  import gc
+
+  import jax
   start = time.perf_counter()
   out = io.StringIO()
   with contextlib.redirect_stdout(out):
     code = main(argv)
   assert code == 0, f"{name} exited {code}: {out.getvalue()[-2000:]}"
-  print(f"ok {name} ({time.perf_counter() - start:.0f} s)", flush=True)
+  jax.clear_caches()
+  gc.collect()
+  print(f"ok {name} ({time.perf_counter() - start:.0f} s; {_memory()})", flush=True)
   return out.getvalue()
 
 

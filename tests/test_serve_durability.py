@@ -32,10 +32,13 @@ def _start(data: pathlib.Path, port: int, extra: list[str] = ()) -> subprocess.P
   cmd = [sys.executable, str(ROOT / "serve.py"), "--config", str(ROOT / "configs/serve.py"), "--set",
          f"data_dir={data}", "--set", "keys_file=", "--set", "embedder=hashed", "--set", f"port={port}",
          "--set", "snapshot_every=3", "--set", "max_wait_ms=1.0", "--set", "answerer=retrieval", *extra]
-  proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+  log = data.parent / "server.log"       # a file, not a pipe nobody reads: a full pipe would block the server
+  with open(log, "ab") as err:
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err)
+  proc.log = log
   deadline = time.time() + 120
   while time.time() < deadline:
-    assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+    assert proc.poll() is None, server_log(proc)
     try:
       if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
         return proc
@@ -43,6 +46,11 @@ def _start(data: pathlib.Path, port: int, extra: list[str] = ()) -> subprocess.P
       time.sleep(0.1)
   proc.kill()
   raise AssertionError("server did not come up")
+
+
+def server_log(proc: subprocess.Popen) -> str:
+  """The server's exit code (None: still running) and the end of everything it wrote to stderr."""
+  return f"server exit code {proc.poll()}; its stderr ends:\n{proc.log.read_text(errors='replace')[-3000:]}"
 
 
 def _writer(url: str, sid: str, tag: str, acked: list, stop: threading.Event) -> None:
