@@ -46,6 +46,8 @@ from collections import Counter
 
 import numpy as np
 
+from m3jax.config import apply_overrides
+from m3jax.control.answer import ASK_SEARCH
 from m3jax.control.controller import Question
 from m3jax.eval.judges import JudgeItem, RuleJudge, make_judge, score_answers
 from m3jax.memorize.perceive import PerceptionConfig
@@ -122,7 +124,7 @@ class CountingSearcher:
 
 
 def run_answerer(kind: str, graphs, records, embed, base: str, adapter: str | None, slots: int = 24,
-                 on_answer=None, min_searches: int = 0):
+                 on_answer=None, min_searches: int = 0, search=None):
   """(answers, stats, details) of `kind` on `records`; `on_answer(index, answer, detail)` hears of each question
   as it ends, so a stopped run keeps what it answered (`--resume`)."""
   from m3jax.control import make_answerer
@@ -131,7 +133,8 @@ def run_answerer(kind: str, graphs, records, embed, base: str, adapter: str | No
                         question_types=r.types) for r in records]
   t0 = time.perf_counter()
   hear = on_answer or (lambda i, a, d: None)
-  answerer = make_answerer(kind, graphs, embed, base, adapter, min_searches=min_searches)
+  answerer = make_answerer(kind, graphs, embed, base, adapter, min_searches=min_searches,
+                           **({} if search is None else {"search": search}))
   if kind != "rules":  # continuous batching: a batch's KV cache grows with rows x context (96 prompted 5-round
     answerer.slots = slots  # rows in one static batch took 14 GB), so the questions share `slots` rows
   if kind == "rules":  # one question at a time: its own searches and seconds
@@ -366,6 +369,8 @@ def main() -> None:
                   "CLIPS_LO-HIxPEOPLE_LO-HI (e.g. 3-10x2-3; default: 3 clips, 2 people)")
   ap.add_argument("--min-searches", type=int, default=0, help="the LLM answerers' first that many rounds may only "
                   "search (a constraint at decode time; compare runs with --join LABEL=FILE)")
+  ap.add_argument("--search", nargs="+", default=[], metavar="KEY=VALUE", help="the search tools' settings over "
+                  "the product's (SearchConfig fields, e.g. threshold=0.3 clip_topk=3; compare runs with --join)")
   ap.add_argument("--join", nargs="+", metavar="[LABEL=]FILE", help="answer nothing: rebuild the report and RESULT "
                   "from these runs' --records files (LABEL names another adapter's `trained`)")
   args = ap.parse_args()
@@ -384,6 +389,10 @@ def main() -> None:
              f"tasks gold/perception, n, slots and perception episodes >= 1; got {args.answerers!r}, {args.tasks!r}, "
              f"adapter={args.adapter!r}, n={args.n}, slots={args.slots}, "
              f"perception episodes={args.perception_episodes}, min searches {args.min_searches} (0..4)")
+  try:
+    search = apply_overrides(ASK_SEARCH, args.search)
+  except ValueError as e:
+    sys.exit(f"controller_eval: --search: {e}")
   out_path = pathlib.Path(args.records or f"runs/controller_eval/{args.split}.jsonl")
   out_path.parent.mkdir(parents=True, exist_ok=True)
 
@@ -430,11 +439,13 @@ def main() -> None:
           clips, people = shapes[task][todo[i].question_id]
           record = question_record(task, args.split, kind, todo[i], answer, {**detail, "clips": clips,
                                                                               "people": people,
-                                                                              "min_searches": args.min_searches})
+                                                                              "min_searches": args.min_searches,
+                                                                              "search": args.search})
           out.write(json.dumps(record) + "\n")
           out.flush()
         answers, stats, _ = run_answerer(kind, graphs, todo, task_embed, args.base, args.adapter, args.slots,
-                                         on_answer=write, min_searches=args.min_searches if kind != "rules" else 0)
+                                         on_answer=write, min_searches=args.min_searches if kind != "rules" else 0,
+                                         search=search)
         # the llm judge for the two answerers the RESULT line compares (the untrained base rarely answers at all)
         s = results[task, kind] = {**score(todo, answers, llm_judge if kind != "untrained" else None), **stats}
         report(kind, s, todo, answers)

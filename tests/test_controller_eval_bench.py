@@ -144,3 +144,31 @@ def test_sized_episodes_report_accuracy_per_clips_and_people(bench, tmp_path, mo
     assert f"[gold] rules clips={r['clips']}: strict" in out and f"[gold] rules people={r['people']}: strict" in out
   with pytest.raises(ValueError, match="expected CLIPS_LO"):
     bench.parse_sizes("3to10")
+
+
+def test_search_settings_reach_every_answerer_and_bad_ones_are_named(bench, tmp_path, monkeypatch, capsys):
+  """--search KEY=VALUE overrides the product's search settings for the answerers and is kept in each record;
+  an unknown or invalid setting ends the run with one line naming it."""
+  import json
+  import sys
+
+  import m3jax.control as control
+
+  seen = []
+  make = control.make_answerer
+  monkeypatch.setattr(control, "make_answerer", lambda *a, **k: seen.append(k["search"]) or make(*a, **k))
+
+  def run(*search):
+    path = tmp_path / "s.jsonl"
+    monkeypatch.setattr(sys, "argv", ["controller_eval", "--split", "dev", "--n", "4", "--answerers", "rules",
+                                      "--tasks", "gold", "--embedder", "hashed", "--no-llm-judge", "--records",
+                                      str(path), "--search", *search])
+    bench.main()
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+  rows = run("threshold=0.3", "clip_topk=3")
+  assert [(s.threshold, s.clip_topk) for s in seen] == [(0.3, 3)]
+  assert all(r["search"] == ["threshold=0.3", "clip_topk=3"] for r in rows) and len(rows) == 4
+  for bad, named in (("nope=1", "nope"), ("clip_mode=median", "clip_mode")):
+    with pytest.raises(SystemExit, match=f"--search: .*{named}"):
+      run(bad)

@@ -151,11 +151,12 @@ class LLMAnswerer:
   def __init__(self, graphs, embed_fn: Callable[[Sequence[str]], np.ndarray], llm="smollm2-135m-instruct",
                max_new_tokens: int = 192, seed: int = 0, constrain_actions: bool = False, searcher=None,
                control=None, greedy: bool = False, adapter: str | pathlib.Path | None = None,
-               resolve_names: bool = True, slots: int | None = 16, min_searches: int = 0):
+               resolve_names: bool = True, slots: int | None = 16, min_searches: int = 0,
+               search: SearchConfig = ASK_SEARCH):
     """`llm`: a load_llm name/path or a loaded (model, tokenizer) pair. `constrain_actions`: decode every turn
     inside the action format (`ActionConstraints`) — for a weak controller such as the embedded 135M model; a
-    trained controller runs free. `searcher`: the search tools (default: the graphs' `MemorySearcher`; any
-    `controller.Searcher`, e.g. a memory design's). `control`: the loop's `ControlConfig`. `adapter`: a LoRA adapter
+    trained controller runs free. `searcher`: the search tools (default: the graphs' `MemorySearcher` with `search`'s
+    settings; any `controller.Searcher`, e.g. a memory design's). `control`: the loop's `ControlConfig`. `adapter`: a LoRA adapter
     file on top of `llm` ("" = the shipped one; `build.load_controller`: greedy, with the protocol the adapter
     records).
     `resolve_names`: a final answer that names someone by id ("<character_1>") gets the name the memory gives
@@ -181,8 +182,8 @@ class LLMAnswerer:
     self.policy = build_policy(loaded.model, loaded.tokenizer, sampling,
                                constrain_rounds=control.max_rounds if constrain_actions else None,
                                min_searches=min_searches)
-    self.controller = Controller(self.policy, searcher or MemorySearcher(graphs, embed_fn, ASK_SEARCH), control)
-    self.namer = RuleAnswerer(graphs, embed_fn) if resolve_names and graphs else None
+    self.controller = Controller(self.policy, searcher or MemorySearcher(graphs, embed_fn, search), control)
+    self.namer = RuleAnswerer(graphs, embed_fn, search=search) if resolve_names and graphs else None
     self.trajectories, self.slots = [], slots
 
   def answer(self, questions: Sequence[Question],
@@ -212,17 +213,19 @@ ANSWERERS = ("trained", "untrained", "rules")
 
 
 def make_answerer(kind: str, graphs, embed_fn, llm: str = "smollm2-135m-instruct",
-                  adapter: str | pathlib.Path | None = None, max_new_tokens: int = 48, min_searches: int = 0):
+                  adapter: str | pathlib.Path | None = None, max_new_tokens: int = 48, min_searches: int = 0,
+                  search: SearchConfig = ASK_SEARCH):
   """An answerer of `ANSWERERS` over `graphs`; `embed_fn` is the text embedder they were memorized with.
   rules: the deterministic retrieval baseline; untrained: the base prompted, turns constrained to the action
   format; trained: the base plus `adapter` (default: the shipped controller), free-form and greedy.
-  `min_searches` (LLM answerers): the first that many rounds may only search."""
+  `min_searches` (LLM answerers): the first that many rounds may only search. `search`: the tools' settings."""
   from m3jax.control.build import trained_adapter_path
   if kind not in ANSWERERS:
     raise ValueError(f"answerer {kind!r}; expected one of {ANSWERERS}")
   if kind == "rules":
-    return RuleAnswerer(graphs, embed_fn)
+    return RuleAnswerer(graphs, embed_fn, search=search)
   if kind == "untrained":
     return LLMAnswerer(graphs, embed_fn, llm, max_new_tokens=max_new_tokens, constrain_actions=True,
-                       min_searches=min_searches)
-  return LLMAnswerer(graphs, embed_fn, llm, adapter=trained_adapter_path(adapter), min_searches=min_searches)
+                       min_searches=min_searches, search=search)
+  return LLMAnswerer(graphs, embed_fn, llm, adapter=trained_adapter_path(adapter), min_searches=min_searches,
+                     search=search)
