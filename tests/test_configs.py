@@ -13,6 +13,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 USERS = ("rl_smollm2.py", "rl_controller_warm.py", "rl_controller_direct.py", "rl_controller.py", "ablate.py",
          "eval.py")
+RUNS = ("rl_controller_strict.py", "rl_controller_sized.py", "rl_controller_ladder_sized.py")  # issue 43's runs
 
 
 def test_the_configs_load_the_recipe_from_another_directory_and_process(tmp_path):
@@ -21,7 +22,7 @@ def test_the_configs_load_the_recipe_from_another_directory_and_process(tmp_path
   neither the repository nor configs/, by absolute and by relative path."""
   relative = os.path.relpath(CONFIGS, tmp_path)
   script = ("import sys\nfrom m3jax.config import load_config\n"
-            f"for name in {USERS + ('rl_controller_strict.py', 'rl_controller_sized.py')!r}:\n"
+            f"for name in {USERS + RUNS!r}:\n"
             f"  for path in ({str(CONFIGS)!r} + '/' + name, {relative!r} + '/' + name):\n"
             "    load_config(path)\n"
             "print('loaded', 'configs' in sys.modules, 'recipes' in sys.modules)\n")
