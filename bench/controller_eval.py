@@ -124,7 +124,7 @@ class CountingSearcher:
 
 
 def run_answerer(kind: str, graphs, records, embed, base: str, adapter: str | None, slots: int = 24,
-                 on_answer=None, min_searches: int = 0, search=None):
+                 on_answer=None, min_searches: int = 0, search=ASK_SEARCH):
   """(answers, stats, details) of `kind` on `records`; `on_answer(index, answer, detail)` hears of each question
   as it ends, so a stopped run keeps what it answered (`--resume`)."""
   from m3jax.control import make_answerer
@@ -133,8 +133,7 @@ def run_answerer(kind: str, graphs, records, embed, base: str, adapter: str | No
                         question_types=r.types) for r in records]
   t0 = time.perf_counter()
   hear = on_answer or (lambda i, a, d: None)
-  answerer = make_answerer(kind, graphs, embed, base, adapter, min_searches=min_searches,
-                           **({} if search is None else {"search": search}))
+  answerer = make_answerer(kind, graphs, embed, base, adapter, min_searches=min_searches, search=search)
   if kind != "rules":  # continuous batching: a batch's KV cache grows with rows x context (96 prompted 5-round
     answerer.slots = slots  # rows in one static batch took 14 GB), so the questions share `slots` rows
   if kind == "rules":  # one question at a time: its own searches and seconds

@@ -155,10 +155,10 @@ class LLMAnswerer:
                search: SearchConfig = ASK_SEARCH):
     """`llm`: a load_llm name/path or a loaded (model, tokenizer) pair. `constrain_actions`: decode every turn
     inside the action format (`ActionConstraints`) — for a weak controller such as the embedded 135M model; a
-    trained controller runs free. `searcher`: the search tools (default: the graphs' `MemorySearcher` with `search`'s
-    settings; any `controller.Searcher`, e.g. a memory design's). `control`: the loop's `ControlConfig`. `adapter`: a LoRA adapter
-    file on top of `llm` ("" = the shipped one; `build.load_controller`: greedy, with the protocol the adapter
-    records).
+    trained controller runs free. `searcher`: the search tools (default: the graphs' `MemorySearcher` with
+    `search`'s settings; any `controller.Searcher`, e.g. a memory design's). `control`: the loop's `ControlConfig`.
+    `adapter`: a LoRA adapter file on top of `llm` ("" = the shipped one; `build.load_controller`: greedy, with
+    the protocol the adapter records).
     `resolve_names`: a final answer that names someone by id ("<character_1>") gets the name the memory gives
     that id, looked up as the rules answerer does. WHY: the protocol lets the controller search "What is the
     name of <character_i>" itself, but the shipped 135M controller sometimes answers with the id, and a user
