@@ -117,6 +117,10 @@ def test_rule_policy_drives_real_search_over_two_graphs(searcher):
   assert unbounded.route == "node" and max(searcher.search([unbounded])[0].clips) > 30
   assert all(c <= 4 for r in m2.rounds for c in r.retrieved_clips)
   assert all(req.before_clip == 4 for b in counting.batches for req in b if req.query.startswith("dinner"))
+  # every request carries the question it serves (the node route ranks with it under SearchConfig.node_context)
+  asked = {q.question for q in questions}
+  assert all(req.context in asked for b in counting.batches for req in b)
+  assert counting.batches[0][1].context == "Who broke the vase?"
 
   # the result messages are the searcher's own text, and what the policy received next (plus the instruction)
   direct = searcher.search([counting.batches[0][0]])[0]

@@ -79,6 +79,20 @@ def test_fixture_story_answers(graphs, embedder):
   assert sum(len(v) for v in by_id["m18"].memories.values()) == 20      # node route: top-20 memories
 
 
+def test_node_context_ranks_the_lookup_with_its_question(graphs, embedder):
+  """With `node_context` a node search ranks by its query joined to the question it serves (SearchRequest.context),
+  exactly as a search for the joined text; the clip route, and every route with the setting off, ignore it."""
+  lookup, question = "What is the character id of Kate", "Who baked the apple pie?"
+  on = MemorySearcher(graphs, embedder, SearchConfig(node_context=True))
+  off = MemorySearcher(graphs, embedder)
+  with_context = on.search([SearchRequest(1, lookup, "node", context=question),
+                            SearchRequest(1, question, "clip", context=lookup)])
+  joined = on.search([SearchRequest(1, f"{lookup}? {question}", "node"), SearchRequest(1, question, "clip")])
+  assert [r.text for r in with_context] == [r.text for r in joined]
+  plain = off.search([SearchRequest(1, lookup, "node", context=question), SearchRequest(1, lookup, "node")])
+  assert plain[0].text == plain[1].text != with_context[0].text
+
+
 def test_exclusion_backfill_vs_reference(graphs, embedder):
   r = SearchRequest(0, "Where did Chloe find her math homework?")
   cfg = SearchConfig(threshold=0.2)

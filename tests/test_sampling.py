@@ -139,6 +139,29 @@ def test_forked_prefix_cache_equals_separate_prefills(tiny):
   assert len({tuple(t) for t in one.tokens[:3]}) > 1  # sampled: the forked rows of one prompt diverge
 
 
+def test_rows_whose_conversations_match_prefill_a_later_turn_once(tiny):
+  """An RL group after the same search: rows with the same history (greedy, one prompt) fed the same tool result
+  prefill it once and copy the cache row, in a wide state and in a subset of it; tokens and log-probs equal
+  prefilling every row, and a row whose history differs (another prompt, another result) is never a copy."""
+  model, _, _ = tiny
+  a, b = _prompts((20, 24), seed=5)  # width bucket 32, as the reset-slot test: no later test compiles it first
+  short = SamplingConfig(max_new_tokens=6, greedy=True)
+  shared, separate = Sampler(model, short), Sampler(model, short, share_prefix=False)
+  one, ref = shared.generate([a, a, a, b]), separate.generate([a, a, a, b])
+  assert one.tokens[0] == one.tokens[1] == one.tokens[2]
+  saved = shared.prefill_tokens_saved
+  result = [3, 1, 4, 1, 5]
+  for turn in ([result, result, result, result], [result + [9], None, result + [9], result]):
+    two, ref2 = shared.continue_(one.state, turn, short), separate.continue_(ref.state, turn, short)
+    assert two.tokens == ref2.tokens and two.state.history == ref2.state.history
+    for x, y in zip(two.logprobs, ref2.logprobs):
+      np.testing.assert_allclose(x, y, atol=1e-5)
+    one, ref = two, ref2
+  # turn 1: rows 1 and 2 copy row 0 (the pending sample plus the result); turn 2 (rows 0 and 2, a subset): row 2
+  assert shared.prefill_tokens_saved - saved == 2 * (1 + len(result)) + (1 + len(result) + 1)
+  assert separate.prefill_tokens_saved == 0
+
+
 def test_a_reset_slot_takes_a_new_prompt_while_the_others_continue(tiny):
   """Continuous batching's sampler step: a row emptied by `reset_rows` and fed a new prompt decodes exactly as a
   fresh generate of that prompt, while the untouched rows' continuation is unchanged by the neighbour swap."""

@@ -177,7 +177,8 @@ class Controller:
       traj.rounds[-1].route = route
       requests.append(SearchRequest(graph_index=q.graph_index, query=parsed.content, route=route,
                                     before_clip=q.before_clip,
-                                    exclude_clips=tuple(traj.current_clips) if route == "clip" else ()))
+                                    exclude_clips=tuple(traj.current_clips) if route == "clip" else (),
+                                    context=q.question))
       request_rows.append(row)
     if requests:
       found = self.searcher.search(requests)

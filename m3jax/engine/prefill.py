@@ -77,3 +77,12 @@ def fork(cache, logits, index, keep):
   TRACES[0] += 1
   cache = cache.take_rows(index)
   return cache.replace(length=jnp.where(keep, cache.length, 0)), logits[index]
+
+
+@functools.partial(jax.jit, donate_argnums=(0, 1))
+def copy_rows(cache, logits, dst, src):
+  """`cache` and `logits` with rows `dst` replaced by rows `src`, in place: only the copied rows move (a gather
+  of the whole cache, as `fork` does, would copy every row of a cache that later rounds have filled)."""
+  TRACES[0] += 1
+  return (cache.replace(k=cache.k.at[:, dst].set(cache.k[:, src]), v=cache.v.at[:, dst].set(cache.v[:, src]),
+                        length=cache.length.at[dst].set(cache.length[src])), logits.at[dst].set(logits[src]))

@@ -44,7 +44,7 @@ from jax.sharding import Mesh
 
 from m3jax.engine.constrained import TokenConstraint
 from m3jax.engine.decode import SamplingConfig, _decode, _decode_options, window_slots
-from m3jax.engine.prefill import TRACES, fork, prefill, prefill_subset, put_rows, scatter_logits, tokens_of
+from m3jax.engine.prefill import TRACES, copy_rows, fork, prefill, prefill_subset, put_rows, scatter_logits, tokens_of
 from m3jax.engine.work import EngineWork, kv_bytes
 from m3jax.models.decoder import Decoder, KVCache
 from m3jax.parallel import named_sharding
@@ -71,14 +71,27 @@ class SampleOutput:
   text: list[str] | None = None
 
 
-def _first_of_equal(feed: list[list[int]], fresh: list[bool]) -> dict[int, int]:
-  """{row: the first earlier row fed the same tokens} over the `fresh` (empty) rows fed something."""
-  first: dict[tuple[int, ...], int] = {}
+def _first_of_equal(feed: list[list[int]], history: list[list[int]], cache_len: np.ndarray) -> dict[int, int]:
+  """{row: the first earlier row whose whole conversation is the same} over the rows fed something: the same
+  cached length and the same history (which then ends in the same feed). WHY not only empty rows: an RL group's G
+  rows that sampled the same search get the same tool result, so one prefill serves the group in later rounds too."""
+  first: dict[tuple, int] = {}
   out = {}
   for b, f in enumerate(feed):
-    if fresh[b] and f and first.setdefault(tuple(f), b) != b:
-      out[b] = first[tuple(f)]
+    key = (int(cache_len[b]), tuple(history[b]))
+    if f and first.setdefault(key, b) != b:
+      out[b] = first[key]
   return out
+
+
+def _copy_pairs(source: dict[int, int], batch: int) -> tuple[jax.Array, jax.Array]:
+  """(destination rows, source rows) padded to a power of two (at most `batch`) with a source row copied onto
+  itself, so `copy_rows` compiles once per bucket of the number of copies."""
+  n = min(batch, 1 << (len(source) - 1).bit_length())
+  pad = next(iter(source.values()))
+  dst = list(source) + [pad] * (n - len(source))
+  src = list(source.values()) + [pad] * (n - len(source))
+  return jnp.asarray(dst, jnp.int32), jnp.asarray(src, jnp.int32)
 
 
 def _bucket(n: int, buckets: Sequence[int]) -> int:
@@ -249,7 +262,6 @@ class Sampler:
     if not active.any():
       raise ValueError("continue_() needs new tokens for at least one row")
     cache_len = np.asarray(jax.device_get(state.cache.length))
-    fresh = [not state.history[b] and not cache_len[b] for b in range(state.batch)]  # empty rows: a new start
     feed = []
     for b, r in enumerate(rows):
       if r is None:
@@ -262,17 +274,15 @@ class Sampler:
       raise ValueError("a continued row needs at least one new token")
     need = max(int(cache_len[b]) + len(feed[b]) for b in range(state.batch)) + cfg.max_new_tokens
     cache = self._ensure_capacity(state.cache, need, cfg)
-    # empty rows starting the same prompt (an RL group entering its slots together) prefill it once: the others
-    # are fed nothing, then take a copy of its cache row and logits
-    source = _first_of_equal(feed, fresh) if self.share_prefix else {}
+    # rows whose whole conversation is the same (an RL group entering its slots together, or its rows after the
+    # same search) prefill it once: the others are fed nothing, then take a copy of its cache row and logits
+    source = _first_of_equal(feed, state.history, cache_len) if self.share_prefix else {}
     if source:
       self.prefill_tokens_saved += sum(len(feed[b]) for b in source)
       feed = [[] if b in source else f for b, f in enumerate(feed)]
     logits, cache = self._prefill_feed(cache, feed, state.batch, cfg)
     if source:
-      index = np.arange(state.batch, dtype=np.int32)
-      index[list(source)] = list(source.values())
-      cache, logits = fork(cache, logits, jnp.asarray(index), jnp.ones((state.batch,), bool))
+      cache, logits = copy_rows(cache, logits, *_copy_pairs(source, state.batch))
     self.work.prefill(t0, logits, cache_len, feed)
     return rows, active, logits, cache
 

@@ -40,6 +40,7 @@ class SearchRequest:
   route: Literal["clip", "node"] = "clip"
   before_clip: int | None = None
   exclude_clips: tuple[int, ...] = ()
+  context: str = ""  # the question this search serves: the node route ranks by query + context (node_context)
 
 
 @dataclasses.dataclass
@@ -118,7 +119,10 @@ class MemorySearcher:
         related += [int(m.split("_")[1]) for m in chars.mappings.get(f"character_{k}", [])]
       elif k <= cut and g.kind(k) == (FACE if kind == "face" else VOICE):
         related.append(k)
-    variants = tags.back_translate(r.query, chars.mappings, self.config.max_variants, self.config.seed)
+    query = r.query
+    if self.config.node_context and r.route == "node" and r.context:
+      query = f"{r.query.rstrip(' ?.')}? {r.context}"
+    variants = tags.back_translate(query, chars.mappings, self.config.max_variants, self.config.seed)
     before = _NO_BOUND if r.before_clip is None else int(r.before_clip)
     return _Prepared(variants, list(dict.fromkeys(related)), cut, before, chars.reverse)
 

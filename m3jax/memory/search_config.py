@@ -16,6 +16,10 @@ class SearchConfig:
   clip_topk: int = 2
   node_topk: int = 20
   threshold: float = 0.5
+  # Node-route queries are ranked together with the question they serve (SearchRequest.context). WHY: the
+  # controller's node searches are id lookups ("What is the character id of Emily"), whose top 20 memories are
+  # the person's, in no relation to what was asked; ranked with the question, they hold the answer more often.
+  node_context: bool = False
   clip_mode: Literal["max", "mean", "sum"] = "max"
   exclusion: Literal["backfill", "reference"] = "backfill"
   ablation: Literal["none", "no_semantic", "no_equivalence"] = "none"
