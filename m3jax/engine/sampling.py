@@ -17,7 +17,8 @@ Throughput design:
 * stop strings need detokenisation, so they are checked on the host every `stop_check_interval` steps (the loop
   resumes on device from where it stopped); stop token ids are checked on device every step;
 * identical prompts of one `generate` call (an RL group's samples) are prefilled once and their cache rows forked,
-  and so are identical prompts starting in empty rows of one `continue_` call (continuous batching's slots);
+  and so are the rows of one `continue_` call whose whole conversations are the same (empty slots starting one
+  prompt; a group's rows that made the same search and got the same result);
 * `continue_` appends new tokens (a tool result, a user message) at each row's own cache offset and keeps decoding,
   without re-prefilling the conversation;
 * `reset_rows` empties chosen rows of a live state, so a finished conversation's slot takes a new one while the
