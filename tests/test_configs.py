@@ -80,8 +80,8 @@ def test_the_recipe_kept_the_values_the_configs_spelled_out():
       sampling=DynamicSamplingConfig(enabled=True, max_rounds=2, carry_over=False),
       learner=LearnerConfig(loss=LossConfig(clip_low=0.2, clip_high=0.28, agg_mode="token-mean", kl_coef=0.0),
                             optim=OptimConfig(lr=3e-5, schedule="constant", weight_decay=0.0, grad_clip=1.0),
-                            temperature=0.6, epochs=1, mini_batches=1, micro_batch=2, length_bucket=256,
-                            remat=False, layer_loop="scan"),
+                            temperature=0.6, epochs=1, mini_batches=1, micro_batch=2, length_bucket=64,
+                            share_prefix=4, remat=False, layer_loop="scan"),
       eval_every=1, eval_questions=24, out_dir="runs/rl_controller_warm", save_every=1)
   assert load_config(CONFIGS / "rl_smollm2.py") == smollm2
   assert load_config(CONFIGS / "rl_controller_warm.py") == warm

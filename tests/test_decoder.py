@@ -60,6 +60,30 @@ def test_padded_rows_and_cache_chunks_match_full_forward(tiny_dirs):
   assert np.asarray(cache.length).tolist() == [12, 12]
 
 
+@pytest.mark.parametrize("loop", ["scan", "unroll"])
+def test_a_prefix_s_returned_keys_and_values_continue_it_like_the_full_forward(tiny_dirs, loop):
+  """The learner's shared prefixes: `return_kv` of the first 5 tokens, broadcast to 2 rows, as `prefix_kv` of each
+  row's own next tokens (ragged), gives the full forward's hidden states, gradients through the keys included."""
+  model = load_hf(tiny_dirs["qwen3"][0])
+  toks = _tokens(2, 12)
+  toks[1, :5] = toks[0, :5]
+  lengths = jnp.asarray([12, 9])
+  full, _ = model.hidden(jnp.asarray(toks), chunk_len=lengths, layer_loop=loop)
+
+  def shared(scale):
+    head, (k, v) = model.hidden(jnp.asarray(toks[:1, :5]), return_kv=True, layer_loop=loop)
+    k, v = (jnp.broadcast_to(a, (a.shape[0], 2, *a.shape[2:])) * scale for a in (k, v))
+    tail, _ = model.hidden(jnp.asarray(toks[:, 5:]), chunk_len=lengths - 5, prefix_kv=(k, v), layer_loop=loop)
+    return jnp.concatenate([jnp.broadcast_to(head, (2, *head.shape[1:])), tail], axis=1)
+
+  got = np.asarray(shared(1.0))
+  for row, n in enumerate([12, 9]):
+    np.testing.assert_allclose(got[row, :n], np.asarray(full)[row, :n], atol=1e-5)
+  assert abs(float(jax.grad(lambda s: shared(s)[:, 5:].sum())(1.0))) > 0  # the tails read the prefix's keys
+  with pytest.raises(ValueError, match="cache-free"):
+    model.hidden(jnp.asarray(toks), model.init_cache(2, 16), return_kv=True)
+
+
 def test_save_load_round_trip_is_exact_and_loads_in_transformers(tiny_dirs, tmp_path):
   model = load_hf(tiny_dirs["qwen2"][0])
   save_hf(model, tmp_path / "rt", max_shard_bytes=64 << 10)  # force several shards + an index

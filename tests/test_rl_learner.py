@@ -191,14 +191,18 @@ DAPO_CFG = learner_lib.LearnerConfig(
     temperature=0.7, epochs=2, mini_batches=2, micro_batch=2, seq_chunk=8, vocab_chunk=128)
 
 
-def _dapo_batch(model, lengths=(T,) * N):
+def _dapo_batch(model, lengths=(T,) * N, prefixes=()):
   """Rows with very different trained-token counts (so the two mini-batches' denominators differ) and old
   log-probs shifted off the current policy, so the clip-low, clip-high and dual-clip regions all hold tokens
-  from the first step on. Width max(lengths); a row's tokens past its length are padding (never trained)."""
+  from the first step on. Width max(lengths); a row's tokens past its length are padding (never trained).
+  `prefixes`: (rows, n) pairs, the rows given the first n tokens of the first of them (an RL group's shared
+  prompt and turns)."""
   rng = np.random.default_rng(5)
   t = max(lengths)
   b = {"tokens": np.random.default_rng(3).integers(1, CFG.vocab_size, (N, t)).astype(np.int32),
        "lengths": np.asarray(lengths, np.int32)}
+  for rows, n in prefixes:
+    b["tokens"][list(rows), :n] = b["tokens"][rows[0], :n]
   starts = np.array([2, 12, 4, 13, 6, 14, 3, 11])
   pos = np.arange(t)[None, :]
   b["mask"] = ((pos >= starts[:, None]) & (pos < b["lengths"][:, None])).astype(np.float32)
@@ -335,6 +339,42 @@ def test_micro_batches_of_padding_rows_are_not_run():
   for name, err in _rel_errors(got, ref).items():
     assert err < 10 * noise, f"{name}: padding rows left out vs run, relative error {err:.2e} ({noise=:.1e})"
   assert len(bucketed._micro_batches(batch["lengths"], np.arange(N), max(RAGGED), 0 * batch["mask"])) == 1
+
+
+@pytest.mark.parametrize("loop", ["unroll", "scan"])
+def test_shared_prefix_calls_train_the_same_objective(loop):
+  """Rows sorted by their tokens, in calls of 2 whose common prefix runs once and is broadcast (groups sharing 13
+  and 12 tokens, two rows 22; trained positions inside the shared prefixes too) train what the plain learner
+  trains: params after 4 off-policy steps within 10x the plain learner's own float32 distance to the reference,
+  the same losses, and the same log-probs at every trained position, while computing fewer positions."""
+  model = _model(1)
+  batch = _dapo_batch(model, RAGGED, prefixes=(((0, 2, 4, 6), 13), ((1, 3, 5, 7), 12), ((0, 6), 22)))
+  want, _ = _dapo_reference(_model(1), batch, DAPO_CFG, seed=4)
+  shared = learner_lib.Learner(model, dataclasses.replace(DAPO_CFG, length_bucket=4, share_prefix=2,
+                                                          layer_loop=loop))
+  plain = learner_lib.Learner(_model(1), DAPO_CFG)
+  calls = shared._calls(batch, np.arange(N))
+  assert sorted(np.concatenate([i.ravel() for i, _, _ in calls])) == list(range(N))
+  assert sorted(p for _, _, p in calls) == [12, 12, 12, 20]  # rows 0+6 (22 -> 20), 2+4 (13), 1+3 and 5+7 (12)
+  assert sum(p + 2 * (w - p) for _, w, p in calls) < sum(RAGGED)
+  m = batch["mask"] > 0
+  for got, ref in zip(shared.logprobs(batch), plain.logprobs(batch)):  # log-probs, entropies
+    np.testing.assert_allclose(got[m], ref[m], rtol=1e-5, atol=1e-6 * np.abs(ref[m]).max())
+  hist_s, hist_p = shared.update(dict(batch), seed=4), plain.update(dict(batch), seed=4)
+  np.testing.assert_allclose([h["loss"] for h in hist_s], [h["loss"] for h in hist_p], rtol=1e-5)
+  got, ref = jax.device_get(shared.params), jax.device_get(plain.params)
+  noise = max(_rel_errors(ref, want).values())  # 2e-4 here, through Adam; a wrong denominator moves >= 6e-3
+  assert noise < 1e-3
+  for name, err in _rel_errors(got, ref).items():
+    assert err < max(10 * noise, 1e-6), f"{name}: shared prefix vs plain, relative error {err:.2e} ({noise=:.1e})"
+
+
+def test_share_prefix_needs_whole_calls_and_a_length_bucket():
+  with pytest.raises(learner_lib.LearnerConfigError, match="share_prefix needs length_bucket"):
+    dataclasses.replace(DAPO_CFG, share_prefix=2)
+  lrn = learner_lib.Learner(_model(1), dataclasses.replace(DAPO_CFG, length_bucket=4, share_prefix=3))
+  with pytest.raises(learner_lib.LearnerConfigError, match="calls of share_prefix=3"):
+    lrn._calls(_dapo_batch(_model(1), RAGGED), np.arange(4))
 
 
 def test_a_trained_position_past_a_rows_length_is_rejected():

@@ -271,8 +271,13 @@ class Decoder(nnx.Module):
              chunk_len: Int[Array, "B"] | None = None, positions: Array | None = None, *,
              inputs_embeds: Float[Array, "B T D"] | None = None, layer_loop: str = "scan",
              remat: bool | None = None, layers: Sequence[dict[str, Any]] | None = None,
-             ) -> tuple[Float[Array, "B T D"], KVCache | LayerKV | None]:
+             prefix_kv: tuple[Float[Array, "L B P K Dh"], Float[Array, "L B P K Dh"]] | None = None,
+             return_kv: bool = False) -> tuple[Float[Array, "B T D"], Any]:
     """Final-norm hidden states. `inputs_embeds` replaces the token embedding (multimodal merging).
+
+    Without a cache, for training: `return_kv` returns every layer's keys and values `[L, B, T, K, Dh]` in place
+    of the cache; `prefix_kv` (such keys and values of P earlier tokens) makes these tokens continue them, at
+    positions P.. (the learner's shared prefixes, `m3jax.rl.learner`).
 
     `layer_loop="scan"` compiles one layer body (deep models, compile time); `"unroll"` lets XLA fuse across
     layers, which makes the backward pass of training ~15-20% faster on small models. `remat` (default
@@ -284,7 +289,12 @@ class Decoder(nnx.Module):
     x = self.embed_tokens(tokens) if inputs_embeds is None else inputs_embeds.astype(self.cfg.dtype)
     B, T = x.shape[:2]
     chunk_len = jnp.full((B,), T, jnp.int32) if chunk_len is None else chunk_len.astype(jnp.int32)
-    start = jnp.zeros((B,), jnp.int32) if cache is None else cache.length
+    if (prefix_kv is not None or return_kv) and cache is not None:
+      raise ValueError("prefix_kv and return_kv are for cache-free (training) passes")
+    if cache is not None:
+      start = cache.length
+    else:
+      start = jnp.full((B,), 0 if prefix_kv is None else prefix_kv[0].shape[2], jnp.int32)
     slots = start[:, None] + jnp.arange(T, dtype=jnp.int32)[None, :]  # cache slot of every query [B, T]
     if positions is None:
       positions = slots
@@ -298,10 +308,11 @@ class Decoder(nnx.Module):
 
     def body(carry, xs):
       x, ck, cv = carry
-      p, layer = xs
+      p, layer, prefix = xs
       window = None if windows is None else windows[layer]
-      x, ck, cv = self._layer(x, p, layer, ck, cv, slots, valid_len, cos, sin, cache is not None, window)
-      return (x, ck, cv), None
+      x, ck, cv, kv = self._layer(x, p, layer, ck, cv, slots, valid_len, cos, sin, cache is not None, window,
+                                  prefix)
+      return (x, ck, cv), kv if return_kv else None
 
     if layer_loop not in ("scan", "unroll") or (layers is not None and layer_loop != "unroll"):
       raise ValueError(f"layer_loop={layer_loop!r}: expected 'scan' or 'unroll' ('unroll' with `layers`)")
@@ -314,21 +325,27 @@ class Decoder(nnx.Module):
       for i in range(c.num_layers):
         p = jax.tree.map(lambda v: v[i], layer_params) if layers is None else layers[i]
         window = None if windows is None else windows[i]
-        x, ks[i], vs[i] = self._layer(x, p, i, ks[i], vs[i], slots, valid_len, cos, sin, True, window)
+        x, ks[i], vs[i], _ = self._layer(x, p, i, ks[i], vs[i], slots, valid_len, cos, sin, True, window)
       return rms_norm(x, self.final_norm[...], c.rms_norm_eps), LayerKV(tuple(ks), tuple(vs), valid_len)
     if self.cfg.remat if remat is None else remat:
       body = jax.checkpoint(body, prevent_cse=layer_loop == "unroll")
     dummy = jnp.zeros((0,), x.dtype)
     carry = (x, dummy, dummy) if cache is None else (x, cache.k, cache.v)
     if layer_loop == "unroll":
+      kvs = []
       for i in range(c.num_layers):
         p = jax.tree.map(lambda v: v[i], layer_params) if layers is None else layers[i]
-        carry, _ = body(carry, (p, i))
+        prefix = None if prefix_kv is None else (prefix_kv[0][i], prefix_kv[1][i])
+        carry, kv = body(carry, (p, i, prefix))
+        kvs.append(kv)
+      kvs = tuple(jnp.stack(a) for a in zip(*kvs)) if return_kv else None
     else:
-      carry, _ = jax.lax.scan(body, carry, (layer_params, jnp.arange(c.num_layers)))
+      carry, kvs = jax.lax.scan(body, carry, (layer_params, jnp.arange(c.num_layers), prefix_kv))
     x, ck, cv = carry
-    new_cache = None if cache is None else KVCache(ck, cv, valid_len)
-    return rms_norm(x, self.final_norm[...], self.cfg.rms_norm_eps), new_cache
+    h = rms_norm(x, self.final_norm[...], self.cfg.rms_norm_eps)
+    if return_kv:
+      return h, kvs
+    return h, None if cache is None else KVCache(ck, cv, valid_len)
 
   def split_layers(self, fuse: bool = True) -> list[dict[str, Any]]:
     """The layer weights (and adapters) as one dict of separate arrays per layer, for `hidden(layers=...)`; with
@@ -357,7 +374,9 @@ class Decoder(nnx.Module):
       keys += ["q_norm", "k_norm"]
     return keys
 
-  def _layer(self, x, p, layer, ck, cv, slots, valid_len, cos, sin, use_cache, window):
+  def _layer(self, x, p, layer, ck, cv, slots, valid_len, cos, sin, use_cache, window, prefix=None):
+    """One layer; returns (x, ck, cv, (k, v)): the updated cache arrays and this layer's own keys and values.
+    `prefix`: keys and values [B, P, K, Dh] of earlier tokens (not in a cache) these queries also attend."""
     c, dt = self.cfg, self.cfg.dtype
 
     def mm(x, name, bias, n_in):  # a projection, its bias if any, plus its low-rank adapter where one is attached
@@ -387,7 +406,10 @@ class Decoder(nnx.Module):
       ck = ck.at[at].set(k.astype(ck.dtype), mode="drop")
       cv = cv.at[at].set(v.astype(cv.dtype), mode="drop")
     blocked = c.attention_chunk and q.shape[1] > c.attention_chunk
-    if per_layer:
+    if prefix is not None:  # key slots 0..P-1 are the prefix's, P.. these tokens'
+      attn = attention(q, jnp.concatenate([prefix[0].astype(k.dtype), k], axis=1),
+                       jnp.concatenate([prefix[1].astype(v.dtype), v], axis=1), slots, valid_len, window)
+    elif per_layer:
       attn = window_attention(q, ck, cv, slots, valid_len, window)
     elif blocked and not use_cache:
       # without a cache query t is slot t
@@ -406,7 +428,7 @@ class Decoder(nnx.Module):
       gate, up = mm(h, "w_gate", "b_gate", 1), mm(h, "w_up", "b_up", 1)
     down = mm((_ACT[c.hidden_act](gate) * up).astype(dt), "w_down", "b_down", 1)
     x = x + down.astype(dt)
-    return x, ck, cv
+    return x, ck, cv, (k, v)
 
 
 def _fuse_projections(p: dict[str, Array]) -> dict[str, Array]:

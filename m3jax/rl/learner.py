@@ -12,7 +12,14 @@ longest row, rounded up to a multiple of `length_bucket`: the micro-batches run 
 length bucket) and their gradient sums are added. The denominator is still the whole mini-batch's, so the
 objective is unchanged; only rows of the trajectories' padding are no longer computed (rows of 300 and 1100
 tokens no longer both cost 1100). Sorting needs the whole global batch on every process, which `update`
-requires anyway. The parameter arrays live in the Decoder passed in: after each
+requires anyway.
+With `share_prefix = R` as well, the rows are instead sorted by their tokens and cut into calls of R rows, and the
+prefix the R rows have in common (cut down to a multiple of `length_bucket`) runs once: its keys and values are
+broadcast to the R rows, whose own remainders attend to them (`_shared_hidden`). WHY: the G trajectories of an RL
+group share their prompt and, while the policy is nearly deterministic, their first search and its tool result:
+rows of ~600 tokens differ in their last ~30, so a group computed row by row repeats ~95% of its work. Autodiff
+through the broadcast sums the rows' gradients into the shared prefix, so the gradient is the same sum.
+The parameter arrays live in the Decoder passed in: after each
 update they are written back into it with `nnx.update`, so the sampler decodes with them without a copy
 (the step donates the old arrays: build the Sampler after an update, as `m3jax.rl.program` does per rollout).
 With LoRA adapters attached to the Decoder (`m3jax.models.lora`), only the adapters are differentiated and hold
@@ -78,6 +85,10 @@ class LearnerConfig:
   micro_batch: int = 0  # sequences per accumulation step; 0 = the whole mini-batch in one step
   # > 0: micro-batches of rows of similar length, each padded only to a multiple of this (module docstring)
   length_bucket: int = 0
+  # > 0: calls of this many rows, sorted by their tokens, computing the rows' common prefix once (module
+  # docstring); needs length_bucket, to which the prefix is cut down and the rest rounded up. A mesh that shards
+  # rows (data x fsdp > 1) runs the plain micro-batches instead
+  share_prefix: int = 0
   seq_chunk: int = 256
   vocab_chunk: int = 8192
   # > 0: only trained (mask = 1) positions go through the vocabulary projection, gathered per row into a width
@@ -98,10 +109,12 @@ class LearnerConfig:
     if self.compute_dtype not in (None, "float32", "bfloat16"):
       raise LearnerConfigError(f"compute_dtype={self.compute_dtype!r}; expected 'float32' or 'bfloat16'")
     if (self.epochs < 1 or self.mini_batches < 1 or self.micro_batch < 0 or self.length_bucket < 0
-        or self.logit_bucket < 0 or self.temperature <= 0):
+        or self.logit_bucket < 0 or self.temperature <= 0 or self.share_prefix < 0):
       raise LearnerConfigError("epochs and mini_batches must be >= 1, micro_batch, length_bucket and "
                                "logit_bucket >= 0, "
                                "temperature > 0")
+    if self.share_prefix and not self.length_bucket:
+      raise LearnerConfigError("share_prefix needs length_bucket > 0 (the prefix is cut to a multiple of it)")
 
 
 def make_optimizer(cfg: OptimConfig) -> optax.GradientTransformation:
@@ -154,10 +167,10 @@ class Learner:
     rows = {"tokens": batch["tokens"], "lengths": batch["lengths"],
             "mask": batch.get("mask", np.ones((n, t), np.float32))}
     out = np.zeros((n, t), np.float32), np.zeros((n, t), np.float32)
-    for idx, width in self._micro_batches(batch["lengths"], np.arange(n), t, batch.get("mask")):
+    for idx, width, prefix in self._calls(rows, np.arange(n), with_mask="mask" in batch):
       x = self._slice(rows, idx, width)
-      logp, ent = _logprobs_fn(self.graphdef, self.cfg, self.rest, params, x["tokens"], x["lengths"], x["mask"],
-                               x.get("positions"))
+      logp, ent = _logprobs_fn(self.graphdef, self.cfg, prefix, self.rest, params, x["tokens"], x["lengths"],
+                               x["mask"], x.get("positions"))
       out[0][idx, :width], out[1][idx, :width] = to_host(logp), to_host(ent)
     return out
 
@@ -178,8 +191,9 @@ class Learner:
         # for every mini-batch, and valid input on every process of a multi-process mesh)
         denom = np.float32(losses.denominator(batch["mask"][rows], self.cfg.loss.agg_mode))
         acc = None
-        for idx, width in self._micro_batches(batch["lengths"], rows, batch["tokens"].shape[1], batch["mask"]):
-          part = _grad_sums(self.graphdef, self.cfg, self.rest, self.params, self._slice(batch, idx, width), denom)
+        for idx, width, prefix in self._calls(batch, rows):
+          part = _grad_sums(self.graphdef, self.cfg, prefix, self.rest, self.params, self._slice(batch, idx, width),
+                            denom)
           acc = part if acc is None else _add(acc, part)
         self.params, self.opt_state, metrics = _apply(self.cfg.optim, self.params, self.opt_state, *acc, denom)
         self.step += 1
@@ -227,6 +241,39 @@ class Learner:
     # else is
     real = [r for r in by_length if mask is None or mask[r].any()] or list(by_length[:1])
     return [(r[None], bucket_length(int(lengths[r].max()), self.cfg.length_bucket, width)) for r in real]
+
+  def _calls(self, batch: Batch, rows: np.ndarray, with_mask: bool = True) -> list[tuple[np.ndarray, int, int]]:
+    """(row indices [A, M], width, shared prefix length) per jitted call over `rows` of `batch`: the micro-batches
+    of `_micro_batches` (prefix 0), or with `share_prefix` those of `_shared_calls`, unless the mesh shards rows
+    (a call's prefix runs on one row, which data/fsdp sharding cannot split)."""
+    mask = batch["mask"] if with_mask else None
+    sharded = self.mesh is not None and self.mesh.shape["data"] * self.mesh.shape["fsdp"] > 1
+    if self.cfg.share_prefix and not sharded:
+      return self._shared_calls(batch["tokens"], batch["lengths"], rows, mask)
+    return [(idx, width, 0) for idx, width in
+            self._micro_batches(batch["lengths"], rows, batch["tokens"].shape[1], mask)]
+
+  def _shared_calls(self, tokens: np.ndarray, lengths: np.ndarray, rows: np.ndarray,
+                    mask: np.ndarray | None = None) -> list[tuple[np.ndarray, int, int]]:
+    """`rows` sorted by their tokens (rows with a common prefix side by side) and cut into calls of `share_prefix`
+    rows: each call's shared prefix is the rows' longest common prefix, short of their shortest row's last token,
+    cut down to a multiple of `length_bucket`, and its width the prefix plus the longest remainder rounded up to
+    one. A call with no trained position in `mask` is left out, unless nothing else is."""
+    r, bucket, t = self.cfg.share_prefix, self.cfg.length_bucket, tokens.shape[1]
+    if len(rows) % r:
+      raise LearnerConfigError(f"{len(rows)} rows do not split into calls of share_prefix={r} rows")
+    ordered = rows[np.lexsort(tokens[rows].T[::-1])]  # lexicographic: column 0 is the primary key
+    calls = []
+    for idx in ordered.reshape(-1, r):
+      if mask is not None and not mask[idx].any():
+        continue
+      n = int(lengths[idx].min())
+      same = (tokens[idx, :n] == tokens[idx[:1], :n]).all(axis=0)
+      common = n if same.all() else int(np.argmin(same))
+      prefix = min(common, n - 1) // bucket * bucket
+      calls.append((idx[None], prefix + bucket_length(int(lengths[idx].max()) - prefix, bucket, t - prefix),
+                    prefix))
+    return calls or [(ordered[:r][None], bucket_length(int(lengths[ordered[:r]].max()), bucket, t), 0)]
 
   def _slice(self, batch: Batch, idx: np.ndarray, width: int) -> dict[str, jax.Array]:
     """The rows `idx` ([A, M]) of every batch array, cut to `width` positions, placed as `_put` places them;
@@ -287,11 +334,14 @@ class Learner:
 
 # The jitted functions are module-level with (graphdef, config) static, so every Learner of the same
 # architecture and settings shares one compilation (tests, resumes and benchmarks build several).
-def _forward(graphdef, cfg: LearnerConfig, rest, params, tokens, lengths, mask, positions=None):
+def _forward(graphdef, cfg: LearnerConfig, prefix: int, rest, params, tokens, lengths, mask, positions=None):
   model = nnx.merge(graphdef, params, rest)
   if cfg.compute_dtype is not None:  # a traced copy: the caller's model keeps its own policy
     model.cfg = dataclasses.replace(model.cfg, compute_dtype=cfg.compute_dtype)
-  h, _ = model.hidden(tokens, chunk_len=lengths, layer_loop=cfg.layer_loop, remat=cfg.remat)
+  if prefix:
+    h = _shared_hidden(model, cfg, tokens, lengths, prefix)
+  else:
+    h, _ = model.hidden(tokens, chunk_len=lengths, layer_loop=cfg.layer_loop, remat=cfg.remat)
   if cfg.compute_dtype is not None:  # the LM head in float32 too, as the log-softmax always is
     h = h.astype(jnp.float32)
   kw = dict(temperature=cfg.temperature, seq_chunk=cfg.seq_chunk, vocab_chunk=cfg.vocab_chunk)
@@ -300,24 +350,38 @@ def _forward(graphdef, cfg: LearnerConfig, rest, params, tokens, lengths, mask, 
   return lp_lib.sequence_logprobs(h, model.lm_head_weight(), tokens, mask, **kw)
 
 
+def _shared_hidden(model: Decoder, cfg: LearnerConfig, tokens: jax.Array, lengths: jax.Array,
+                   prefix: int) -> jax.Array:
+  """`model.hidden(tokens, chunk_len=lengths)` [M, T, D] for rows whose first `prefix` tokens are the same: the
+  prefix runs on row 0 alone, returning every layer's keys and values, which are broadcast to the M rows; the
+  rows' remaining tokens run on top of them (`Decoder.hidden`'s `return_kv` / `prefix_kv`)."""
+  m = tokens.shape[0]
+  kw = dict(layer_loop=cfg.layer_loop, remat=cfg.remat)
+  head, (k, v) = model.hidden(tokens[:1, :prefix], return_kv=True, **kw)
+  rows = lambda x, axis: jnp.broadcast_to(x, (*x.shape[:axis], m, *x.shape[axis + 1:]))
+  tail, _ = model.hidden(tokens[:, prefix:], chunk_len=lengths - prefix, prefix_kv=(rows(k, 1), rows(v, 1)), **kw)
+  return jnp.concatenate([rows(head, 0), tail], axis=1)
+
+
 @functools.partial(jax.jit, static_argnums=0)
 def _init_opt(cfg: OptimConfig, params):
   return make_optimizer(cfg).init(params)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1))
-def _logprobs_fn(graphdef, cfg: LearnerConfig, rest, params, tokens, lengths, mask, positions=None):
-  return jax.lax.map(lambda xs: _forward(graphdef, cfg, rest, params, *xs), (tokens, lengths, mask, positions))
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _logprobs_fn(graphdef, cfg: LearnerConfig, prefix: int, rest, params, tokens, lengths, mask, positions=None):
+  return jax.lax.map(lambda xs: _forward(graphdef, cfg, prefix, rest, params, *xs),
+                     (tokens, lengths, mask, positions))
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1))
-def _grad_sums(graphdef, cfg: LearnerConfig, rest, params, mb, denom):
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _grad_sums(graphdef, cfg: LearnerConfig, prefix: int, rest, params, mb, denom):
   """Over the [A, M, T] micro-batches of `mb`: the summed gradients of objective / denom (the whole
   mini-batch's denominator) and the summed metric numerators."""
   lcfg = cfg.loss
 
   def micro_loss(p, x):
-    logp, ent = _forward(graphdef, cfg, rest, p, x["tokens"], x["lengths"], x["mask"], x.get("positions"))
+    logp, ent = _forward(graphdef, cfg, prefix, rest, p, x["tokens"], x["lengths"], x["mask"], x.get("positions"))
     sums = losses.loss_sums(logp, x["old_logp"], x["advantages"], x["mask"], lcfg,
                             ref_logp=x.get("ref_logp"), entropy=ent)
     return sums["objective"] / jnp.maximum(denom, 1e-8), sums
