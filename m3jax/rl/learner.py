@@ -16,9 +16,9 @@ requires anyway.
 With `share_prefix = R` as well, the rows are instead sorted by their tokens and cut into calls of R rows, and the
 prefix the R rows have in common (cut down to a multiple of `length_bucket`) runs once: its keys and values are
 broadcast to the R rows, whose own remainders attend to them (`_shared_hidden`). WHY: the G trajectories of an RL
-group share their prompt and, while the policy is nearly deterministic, their first search and its tool result:
-rows of ~600 tokens differ in their last ~30, so a group computed row by row repeats ~95% of its work. Autodiff
-through the broadcast sums the rows' gradients into the shared prefix, so the gradient is the same sum.
+group share their prompt and, while the policy is nearly deterministic, often their first search and its tool
+result too, so a group computed row by row repeats most of its work G times. Autodiff through the broadcast sums
+the rows' gradients into the shared prefix, so the gradient is the same sum.
 The parameter arrays live in the Decoder passed in: after each
 update they are written back into it with `nnx.update`, so the sampler decodes with them without a copy
 (the step donates the old arrays: build the Sampler after an update, as `m3jax.rl.program` does per rollout).

@@ -1,2 +1,2 @@
 # continues this run from its newest checkpoint (run from the repository root)
-python train.py rl --config configs/rl_controller_sized.py --max-minutes 80
+python train.py rl --config configs/rl_controller_sized.py --max-minutes 58
