@@ -1,13 +1,14 @@
 """The DAPO learner with and without shared-prefix calls, on the rollout batches of real DAPO steps, one process.
 
-  python -m bench.learner_prefix [--steps 1] [--reps 2] [--bucket 128] [--set k=v ...]
+  python -m bench.learner_prefix [--steps 1] [--reps 2] [--bucket 64] [--plain-bucket 256] [--set k=v ...]
 
 bench/rl_throughput.py's configuration (the shipped controller's recipe at 8 questions x G=4, dynamic sampling over
 2 rounds, from the shipped adapter) runs `--steps` DAPO steps; every rollout batch its learner trains on is kept.
 Then two learners over the same model, both starting from the adapter and optimizer state the first step started
 from, train on each kept batch in turn, interleaved, `--reps` times after one compiling call each: the recipe's
-learner (`plain`: sorted length buckets, micro-batches of 2) and the same learner with `share_prefix` = G and
-`length_bucket` = `--bucket` (`shared`: each group's common prefix computed once, m3jax.rl.learner). Both must
+learner without shared prefixes (`plain`: rows sorted by length in micro-batches of 2, each cut to a multiple of
+`--plain-bucket`, as the recipe ran before) and with `share_prefix` = G and `length_bucket` = `--bucket`
+(`shared`: each group's common prefix computed once, m3jax.rl.learner). Both must
 give the same losses and gradient norms (printed: their largest relative difference). `compile_s` is each
 learner's first call minus its median: what the extra shapes cost a process once.
 
@@ -44,7 +45,8 @@ def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--steps", type=int, default=1)
   ap.add_argument("--reps", type=int, default=2)
-  ap.add_argument("--bucket", type=int, default=128)
+  ap.add_argument("--bucket", type=int, default=64)
+  ap.add_argument("--plain-bucket", type=int, default=256)
   ap.add_argument("--set", dest="overrides", action="append", default=[])
   args = ap.parse_args()
   retain_freed_memory()
@@ -63,8 +65,9 @@ def main() -> None:
   for step in range(1, args.steps + 1):
     program.train_step(it, step)
   print(f"{len(batches)} rollout batches kept over {args.steps} steps", flush=True)
+  plain_cfg = dataclasses.replace(c.learner, share_prefix=0, length_bucket=args.plain_bucket)
   shared_cfg = dataclasses.replace(c.learner, share_prefix=c.group_size, length_bucket=args.bucket)
-  learners = {"plain": Learner(program.model, c.learner), "shared": Learner(program.model, shared_cfg)}
+  learners = {"plain": Learner(program.model, plain_cfg), "shared": Learner(program.model, shared_cfg)}
   times = {name: [[] for _ in batches] for name in learners}
   losses = {name: [None for _ in batches] for name in learners}
   for rep in range(args.reps + 1):  # rep 0 compiles
