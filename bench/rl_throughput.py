@@ -32,7 +32,12 @@ RESULT dapo_steps_per_hour=... trajectories_kept_per_hour=... wall_s=... rollout
 prefill_s=... decode_s=... search_s=... judge_s=... rollout_rest_s=... decode_kv_read_gb=... decode_kv_needed_gb=...
 prefill_fresh_tokens=... prefill_reused_tokens=... prefill_gflop=... decode_gflop=... learner_gflop=... prefill_of_floor=...
 decode_of_floor=... learner_of_floor=... matmul_gflop_s=... read_gb_s=...
+compile_s=... learner_compile_s=... dapo_steps_per_hour_no_compile=...
 prefill_tokens_saved=... slot_utilisation=... steps=... updates=... cpu=...
+`compile_s` (of it `learner_compile_s`) is the time a step spent lowering and compiling programs
+(`m3jax.rl.step_work`), inside the parts above; `dapo_steps_per_hour_no_compile` = 3600 / the median of wall −
+compile_s estimates a long run's steady step, where every shape has been compiled (a 2-step run meets most of
+the learner's call shapes for the first time).
 `prefill_tokens_saved` is the share of prompt tokens not prefilled because a group's rows forked one prefill;
 `slot_utilisation` is sampled tokens / (batch rows x decode steps): how much of each decode step's batch did work;
 `updates` counts the steps that kept a group and so trained (a step that kept none still counts as a step).
@@ -88,6 +93,7 @@ def step_parts(m: dict, wall: float) -> dict[str, float]:
   p["rollout_rest_s"] = m["time/rollout_s"] - sum(p.values())
   p["learner_s"] = m.get("time/learn_s", 0.0)
   p["other_s"] = wall - m["time/rollout_s"] - p["learner_s"]
+  p["compile_s"], p["learner_compile_s"] = m.get("time/compile_s", 0.0), m.get("time/learner_compile_s", 0.0)
   return p
 
 
@@ -127,7 +133,8 @@ def main() -> None:
     rows.append(p)
     print(f"step {step}: {walls[-1]:.1f} s = prefill {p['prefill_s']:.1f} + decode {p['decode_s']:.1f} + search "
           f"{p['search_s']:.1f} + judge {p['judge_s']:.1f} + rollout rest {p['rollout_rest_s']:.1f} + learner "
-          f"{p['learner_s']:.1f} (update {m.get('time/update_s', 0.0):.1f}) + other {p['other_s']:.1f}; prefill "
+          f"{p['learner_s']:.1f} (update {m.get('time/update_s', 0.0):.1f}) + other {p['other_s']:.1f}; compiling "
+          f"{p['compile_s']:.1f} of it (learner {p['learner_compile_s']:.1f}); prefill "
           f"{fresh:.0f} fresh / {p['prefill_reused_tokens']:.0f} reused tokens {p['prefill_gflop']:.1f} GFLOP; "
           f"decode {m['work/decode_steps']:.0f} steps {p['decode_gflop']:.1f} GFLOP, KV read "
           f"{p['decode_kv_read_gb']:.1f} GB of which needed {p['decode_kv_needed_gb']:.1f}; learner "
@@ -152,7 +159,10 @@ def main() -> None:
       prefill_of_floor=f"{frac(mean['prefill_gflop'], mean['prefill_s']):.3f}",
       decode_of_floor=f"{decode_of_floor:.3f}",
       learner_of_floor=f"{frac(mean['learner_gflop'], mean['learner_s']):.3f}", matmul_gflop_s=f"{rate:.1f}",
-      read_gb_s=f"{read:.1f}", prefill_tokens_saved=f"{saved:.3f}", slot_utilisation=f"{util:.3f}",
+      read_gb_s=f"{read:.1f}", compile_s=f"{mean['compile_s']:.1f}",
+      learner_compile_s=f"{mean['learner_compile_s']:.1f}",
+      dapo_steps_per_hour_no_compile=f"{3600 / statistics.median(w - r['compile_s'] for w, r in zip(walls, rows)):.2f}",
+      prefill_tokens_saved=f"{saved:.3f}", slot_utilisation=f"{util:.3f}",
       steps=args.steps, updates=sum(k > 0 for k in kept), cpu=cpu_model().replace(" ", "_")))
 
 

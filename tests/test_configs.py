@@ -38,7 +38,9 @@ def test_the_rl_and_eval_configs_use_the_shared_recipe():
   sampling = recipes.CONTROLLER_SAMPLING
   dapo = recipes.dapo(sampling_rounds=1, kl_coef=0.0, lr=1.0, weight_decay=0.0)
   rl = {name: load_config(CONFIGS / name) for name in USERS if name not in ("ablate.py", "eval.py")}
-  rl["ablate.py"] = load_config(CONFIGS / "ablate.py").rl
+  ablate = load_config(CONFIGS / "ablate.py")
+  assert ablate.judge == ablate.rl.judge == "strict"  # issue 45: the ablation's RL rows are paid and graded strictly
+  rl["ablate.py"] = dataclasses.replace(ablate.rl, judge=dapo["judge"])
   for name, cfg in rl.items():
     assert {k: getattr(cfg, k) for k in sampling} == sampling, name
     assert (cfg.judge, cfg.advantage) == (dapo["judge"], dapo["advantage"]), name

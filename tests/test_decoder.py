@@ -60,11 +60,12 @@ def test_padded_rows_and_cache_chunks_match_full_forward(tiny_dirs):
   assert np.asarray(cache.length).tolist() == [12, 12]
 
 
-@pytest.mark.parametrize("loop", ["scan", "unroll"])
-def test_a_prefix_s_returned_keys_and_values_continue_it_like_the_full_forward(tiny_dirs, loop):
+@pytest.mark.parametrize("loop,chunk", [("scan", 0), ("unroll", 0), ("scan", 3)])
+def test_a_prefix_s_returned_keys_and_values_continue_it_like_the_full_forward(tiny_dirs, loop, chunk):
   """The learner's shared prefixes: `return_kv` of the first 5 tokens, broadcast to 2 rows, as `prefix_kv` of each
-  row's own next tokens (ragged), gives the full forward's hidden states, gradients through the keys included."""
-  model = load_hf(tiny_dirs["qwen3"][0])
+  row's own next tokens (ragged), gives the full forward's hidden states, gradients through the keys included;
+  with `attention_chunk` the tails attend in blocks (`causal_attention`'s offset)."""
+  model = load_hf(tiny_dirs["qwen3"][0], **({"attention_chunk": chunk} if chunk else {}))
   toks = _tokens(2, 12)
   toks[1, :5] = toks[0, :5]
   lengths = jnp.asarray([12, 9])

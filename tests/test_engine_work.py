@@ -74,6 +74,29 @@ def test_timed_searcher_and_step_shares():
   assert share["time/search_s"] > 0 and share["work/decode_steps"] == 3 and share["time/judge_s"] == 0
 
 
+def test_step_shares_count_compiling_and_the_learner_s_share_of_it():
+  import jax
+  import jax.numpy as jnp
+
+  work = StepWork()
+  start = work.totals()
+  jax.jit(lambda x: jnp.cos(x) * 3)(jnp.ones(7))
+  other = work.since(start)
+  assert other["time/compile_s"] > 0 and other["time/learner_compile_s"] == 0
+
+  def _grad_sums(x):  # a learner program's name (m3jax.rl.learner)
+    return jnp.sin(x) * 2
+
+  start = work.totals()
+  jax.jit(_grad_sums)(jnp.ones(5))
+  jax.jit(_grad_sums)(jnp.ones(5))  # cached: compiled once
+  learner = work.since(start)
+  assert 0 < learner["time/learner_compile_s"] <= learner["time/compile_s"]
+  start = work.totals()
+  jax.jit(_grad_sums)(jnp.ones(5))
+  assert work.since(start)["time/compile_s"] == 0
+
+
 def test_rollout_flops_and_weight_bytes():
   d, v = CFG.hidden_size, CFG.vocab_size
   per_token = 2 * (d * 32 + 2 * d * 16 + 32 * d + 3 * d * 64) * CFG.num_layers

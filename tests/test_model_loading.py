@@ -64,20 +64,23 @@ def test_sliding_window_in_blocked_paths(tiny_dirs, name):
   assert np.abs(np.asarray(cached) - want).max() <= 1e-5 * scale
 
 
-@pytest.mark.parametrize("window", [0, 3, 6])
-def test_causal_attention_window_gradients_match_dense_attention(window):
-  """The flash-style VJP with a window equals autodiff through the dense masked attention."""
+@pytest.mark.parametrize("window,offset", [(0, 0), (3, 0), (6, 0), (0, 7), (5, 7)])
+def test_causal_attention_window_gradients_match_dense_attention(window, offset):
+  """The flash-style VJP with a window equals autodiff through the dense masked attention; with an `offset`, the
+  queries continue that many earlier keys (the learner's shared prefix), gradients into those keys included."""
   rng = np.random.RandomState(2)
   B, T, H, K, Dh = 2, 13, 4, 2, 8
-  q, k, v = (jnp.asarray(rng.randn(B, T, n, Dh), jnp.float32) for n in (H, K, K))
-  valid = jnp.asarray([13, 9])
+  q = jnp.asarray(rng.randn(B, T, H, Dh), jnp.float32)
+  k, v = (jnp.asarray(rng.randn(B, offset + T, K, Dh), jnp.float32) for _ in range(2))
+  valid = offset + jnp.asarray([13, 9])
   w = jnp.int32(window)
-  slots = jnp.broadcast_to(jnp.arange(T), (B, T))
-  live = (jnp.arange(T)[None, :, None, None] < valid[:, None, None, None])
+  slots = jnp.broadcast_to(offset + jnp.arange(T), (B, T))
+  live = (offset + jnp.arange(T)[None, :, None, None] < valid[:, None, None, None])
   loss = lambda f: lambda q, k, v: jnp.sum(jnp.where(live, f(q, k, v), 0.0) ** 2)
   grad = lambda f: jax.jit(jax.grad(loss(f), argnums=(0, 1, 2)))
-  got = grad(lambda q, k, v: causal_attention(q, k, v, valid, 4, window=w))(q, k, v)
+  got = grad(lambda q, k, v: causal_attention(q, k, v, valid, 4, window=w, offset=offset))(q, k, v)
   want = grad(lambda q, k, v: attention(q, k, v, slots, valid, w))(q, k, v)
+  assert np.abs(np.asarray(want[1][:, :offset])).max(initial=1.0) > 0  # the earlier keys get gradients
   for g, r in zip(got, want):
     assert np.abs(np.asarray(g) - np.asarray(r)).max() <= 1e-5 * np.abs(np.asarray(r)).max()
 

@@ -21,8 +21,8 @@ CFG = DecoderConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_la
 N, T = 8, 16
 
 
-def _model(seed=0):
-  return Decoder(CFG, rngs=nnx.Rngs(seed))
+def _model(seed=0, attention_chunk=0):
+  return Decoder(dataclasses.replace(CFG, attention_chunk=attention_chunk), rngs=nnx.Rngs(seed))
 
 
 def _batch(seed=0):
@@ -347,18 +347,19 @@ def test_micro_batches_of_padding_rows_are_not_run():
   assert len(bucketed._micro_batches(batch["lengths"], np.arange(N), max(RAGGED), 0 * batch["mask"])) == 1
 
 
-@pytest.mark.parametrize("loop", ["unroll", "scan"])
-def test_shared_prefix_calls_train_the_same_objective(loop):
+@pytest.mark.parametrize("loop,chunk", [("unroll", 0), ("scan", 4)])
+def test_shared_prefix_calls_train_the_same_objective(loop, chunk):
   """Rows sorted by their tokens, in calls of 2 whose common prefix runs once and is broadcast (groups sharing 13
   and 12 tokens, two rows 22; trained positions inside the shared prefixes too) train what the plain learner
   trains: params after 4 off-policy steps within 10x the plain learner's own float32 distance to the reference,
-  the same losses, and the same log-probs at every trained position, while computing fewer positions."""
-  model = _model(1)
+  the same losses, and the same log-probs at every trained position, while computing fewer positions. With
+  `attention_chunk` the rows' remainders attend to the prefix in query blocks (linear memory)."""
+  model = _model(1, chunk)
   batch = _dapo_batch(model, RAGGED, prefixes=(((0, 2, 4, 6), 13), ((1, 3, 5, 7), 12), ((0, 6), 22)))
-  want, _ = _dapo_reference(_model(1), batch, DAPO_CFG, seed=4)
+  want, _ = _dapo_reference(_model(1, chunk), batch, DAPO_CFG, seed=4)
   shared = learner_lib.Learner(model, dataclasses.replace(DAPO_CFG, length_bucket=4, share_prefix=2,
                                                           layer_loop=loop))
-  plain = learner_lib.Learner(_model(1), DAPO_CFG)
+  plain = learner_lib.Learner(_model(1, chunk), DAPO_CFG)
   calls = shared._calls(batch, np.arange(N))
   assert sorted(np.concatenate([i.ravel() for i, _, _ in calls])) == list(range(N))
   assert sorted(p for _, _, p in calls) == [12, 12, 12, 20]  # rows 0+6 (22 -> 20), 2+4 (13), 1+3 and 5+7 (12)

@@ -406,9 +406,13 @@ class Decoder(nnx.Module):
       ck = ck.at[at].set(k.astype(ck.dtype), mode="drop")
       cv = cv.at[at].set(v.astype(cv.dtype), mode="drop")
     blocked = c.attention_chunk and q.shape[1] > c.attention_chunk
-    if prefix is not None:  # key slots 0..P-1 are the prefix's, P.. these tokens'
-      attn = attention(q, jnp.concatenate([prefix[0].astype(k.dtype), k], axis=1),
-                       jnp.concatenate([prefix[1].astype(v.dtype), v], axis=1), slots, valid_len, window)
+    if prefix is not None:  # key slots 0..P-1 are the prefix's, P.. these tokens' (queries at slots P..)
+      keys = jnp.concatenate([prefix[0].astype(k.dtype), k], axis=1)
+      values = jnp.concatenate([prefix[1].astype(v.dtype), v], axis=1)
+      if blocked:
+        attn = causal_attention(q, keys, values, valid_len, c.attention_chunk, window=window, offset=prefix[0].shape[1])
+      else:
+        attn = attention(q, keys, values, slots, valid_len, window)
     elif per_layer:
       attn = window_attention(q, ck, cv, slots, valid_len, window)
     elif blocked and not use_cache:
