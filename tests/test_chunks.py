@@ -73,6 +73,15 @@ def uninterrupted(tmp_path_factory):
   return out
 
 
+def test_each_step_records_its_compiling_within_its_wall_time(uninterrupted):
+  """`time/compile_s` covers the whole step, the learner's programs included (`m3jax.rl.step_work`)."""
+  steps = [r for r in map(json.loads, (uninterrupted / "metrics.jsonl").read_text().splitlines()) if "time/learn_s" in r]
+  assert steps
+  for r in steps:
+    wall = r["time/rollout_s"] + r["time/learn_s"]
+    assert 0 <= r["time/learner_compile_s"] <= r["time/compile_s"] <= wall + 1.0, r
+
+
 def test_rl_run_in_three_chunks_equals_the_uninterrupted_run(uninterrupted, tmp_path, capsys):
   """Chunk 1: the warm start; chunk 2: DAPO step 1 (saved at the chunk's end, off the save_every=2 schedule);
   chunk 3: step 2. Each chunk is started by the command the previous one wrote."""

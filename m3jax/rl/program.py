@@ -44,7 +44,7 @@ from m3jax.rl.dynamic_sampling import DynamicBatcher, Group
 from m3jax.rl.learner import Learner
 from m3jax.rl.metrics_log import MetricsLog
 from m3jax.rl.rewards import reward_components
-from m3jax.rl.step_work import StepWork, TimedSearcher
+from m3jax.rl.step_work import StepWork, TimedSearcher, compiled_seconds
 from m3jax.rl.config import RLConfig, TinyModel  # noqa: F401  (configs and callers import them from here too)
 
 
@@ -276,6 +276,7 @@ class RLProgram:
       metrics[f"train/{k}"] = float(np.mean([h[k] for h in history]))
     metrics["train/skipped_total"] = float(self.learner.skipped_steps)
     metrics["time/learn_s"] = dt
+    metrics.update({f"time/{k}": v - work[k] for k, v in compiled_seconds().items()})  # the whole step's compiling
     metrics["perf/learn_tokens_per_s"] = float(batch["lengths"].sum()) * len(history) / c.learner.mini_batches / dt
     flops = learner_step_flops(self.model.cfg, batch["lengths"], int(batch["mask"].sum()), c.lora_rank,
                                c.lora_targets)["total"] * c.learner.epochs
