@@ -75,7 +75,8 @@ def uninterrupted(tmp_path_factory):
 
 def test_each_step_records_its_compiling_within_its_wall_time(uninterrupted):
   """`time/compile_s` covers the whole step, the learner's programs included (`m3jax.rl.step_work`)."""
-  steps = [r for r in map(json.loads, (uninterrupted / "metrics.jsonl").read_text().splitlines()) if "time/learn_s" in r]
+  rows = map(json.loads, (uninterrupted / "metrics.jsonl").read_text().splitlines())
+  steps = [r for r in rows if "time/learn_s" in r]
   assert steps
   for r in steps:
     wall = r["time/rollout_s"] + r["time/learn_s"]

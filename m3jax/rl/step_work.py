@@ -4,10 +4,10 @@ step's share as `time/*` and `work/*` metrics, so `bench/rl_throughput.py` can s
 and set each against its floor.
 
 Compiling is counted too (`compile_s`, and `learner_compile_s` for the learner's programs; `train_step` reports
-the whole step's, update included), from JAX's own monitoring events: lowering to MLIR plus XLA's compile of every program dispatched (tracing is left out, since
-nested traces would count twice). WHY: the learner compiles once per call shape, and a short run or a benchmark of
-a few steps meets most of its shapes for the first time, so the time a step spends compiling is what tells a cold
-step from a long run's steady one.
+the whole step's, update included), from JAX's own monitoring events: lowering to MLIR plus XLA's compile of
+every program dispatched (tracing is left out, since nested traces would count twice). WHY: the learner compiles
+once per call shape, and a short run or a benchmark of a few steps meets most of its shapes for the first time,
+so the time a step spends compiling is what tells a cold step from a long run's steady one.
 """
 
 from __future__ import annotations
