@@ -105,17 +105,18 @@ def test_a_trained_controller_runs_in_the_protocol_its_adapter_records(tmp_path)
 
 def test_an_adapter_warm_start_is_the_rl_rows_start_and_skips_the_untrained_base(tmp_path):
   """With `rl.init_adapter` as the warm start (the shipped recipe's), the RL rows are measured against it, so the
-  untrained base is not evaluated for them."""
+  untrained base is not evaluated for them; the warm start answers in the RL runs' protocol (here, as the shipped
+  recipe, without the inter-turn instruction)."""
   from m3jax.models.lora import export_adapter_file
   from m3jax.rl.program import load_model
   model, _ = load_model(tiny(tmp_path / "out", "rl.lora_rank=2").rl)
   export_adapter_file(tmp_path / "stage2.npz", model, "controller")
   cfg = tiny(tmp_path / "out", "rows=('warm_start',)", "rl.lora_rank=2", "rl.warm_start_steps=0",
-             f"rl.init_adapter={tmp_path / 'stage2.npz'}")
+             f"rl.init_adapter={tmp_path / 'stage2.npz'}", "rl.inter_turn_instruction=False")
   result = Ablation(cfg, progress=False).run()
   row, = [r for r in result["rows"] if r["id"] == "warm_start"]
   assert row["change"] == "the adapter stage2.npz on the base" and row["value"] is not None and row["vs"] == ""
-  assert result["computed"] == ["m3_graph-llm-warm"]
+  assert result["computed"] == ["m3_graph-llm-warm-no_instruction"]
 
 
 def test_every_rl_run_starts_from_the_shared_warm_start(tmp_path):

@@ -193,7 +193,7 @@ def build_rows(ab: AblationRun) -> list[Row]:
   start = prompting
   if warm and want & {"warm_start", *cfg.algorithms}:
     start = add(_single(ab, Row("warm_start", "warm start (RL rows' start)", _warm_start_change(cfg.rl), "—"),
-                        EvalSpec(controller="warm"), prompting))
+                        EvalSpec(controller="warm", instruction=ab.protocol("warm")[0]), prompting))
   for algorithm in cfg.algorithms:
     if algorithm in want:
       add(_rl_row(ab, algorithm, start))
@@ -209,7 +209,9 @@ def _warm_start_change(rl) -> str:
 
 def _rl_row(ab: AblationRun, algorithm: str, start: Row | None) -> Row:
   cfg = ab.cfg
-  specs = [EvalSpec(controller=f"rl-{algorithm}-seed{s}") for s in cfg.rl_seeds]
+  # in the protocol the runs trained in (rl.inter_turn_instruction), as the warm start's row
+  specs = [EvalSpec(controller=f"rl-{algorithm}-seed{s}", instruction=ab.protocol(f"rl-{algorithm}-seed{s}")[0])
+           for s in cfg.rl_seeds]
   accs = [ab.evaluate(spec)["accuracy"] for spec in specs]
   rl = cfg.rl
   row = Row(algorithm, algorithm.upper(), f"{rl.steps} steps × {rl.batch_questions} questions × G={rl.group_size} "
