@@ -16,6 +16,7 @@ import argparse
 import socket
 import sys
 
+from m3jax import compile_cache
 from m3jax.config import add_config_args, apply_overrides, load_config
 from m3jax.errors import UserError, run_cli
 from m3jax.host_memory import retain_freed_memory
@@ -56,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     imp.add_argument("path")
   args = parser.parse_args(argv)
   retain_freed_memory()
+  compile_cache.enable()
   cfg = load_config(args.config, args.overrides) if args.config else apply_overrides(ServeConfig(), args.overrides)
 
   if args.command == "add-key":

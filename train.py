@@ -22,7 +22,7 @@ import json
 import sys
 from typing import Callable, Sequence
 
-from m3jax import chunks
+from m3jax import chunks, compile_cache
 from m3jax.config import add_config_args, load_config
 from m3jax.errors import run_cli
 from m3jax.host_memory import retain_freed_memory
@@ -74,6 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   if not args.config:
     programs[args.program].error(f"--config is required, e.g. --config {example}")
   retain_freed_memory()
+  compile_cache.enable()
   cfg = _load(args)
   cmd = chunks.command("train.py", argv)
   import jax

@@ -24,6 +24,7 @@ import pathlib
 import sys
 from typing import Callable, Sequence
 
+from m3jax import compile_cache
 from m3jax.config import add_config_args, apply_overrides, load_config
 from m3jax.errors import Interrupted, UserError, one_line, run_cli
 from m3jax.host_memory import retain_freed_memory
@@ -374,6 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _main(argv: Sequence[str] | None) -> int:
   args = build_parser().parse_args(argv)
   retain_freed_memory()
+  compile_cache.enable()
   return args.run(args)
 
 

@@ -36,6 +36,7 @@ import numpy as np
 
 from m3jax.eval.ablate_report import ALGORITHMS, EvalSpec, build_rows, design_key, write_outputs
 from m3jax.eval.judges import HTTPJudgeConfig, make_judge, score_answers
+from m3jax import compile_cache
 from m3jax.config import add_config_args, apply_overrides, load_config
 from m3jax.data.episodes import EpisodeConfig
 from m3jax.data.memory_qa import episode_clips, episode_records, heldout_questions
@@ -361,6 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog="m3jax.eval.ablate", description=__doc__.split("\n")[0])
   add_config_args(parser)
   args = parser.parse_args(argv)
+  compile_cache.enable()
   cfg = load_config(args.config, args.overrides) if args.config else apply_overrides(AblateConfig(), args.overrides)
   try:
     result = Ablation(cfg).run()
