@@ -44,6 +44,12 @@ def test_writes_table_png_and_json(first):
     r = rows[algorithm]
     accs = [saved["evals"][k]["accuracy"] for k in r["evals"]]
     assert len(r["evals"]) == 3 and r["err_kind"] == "std over seeds" and r["value"] == pytest.approx(sum(accs) / 3)
+    # paired over the same questions (correctness averaged over seeds) against the start, and DAPO/TAURA vs GRPO
+    start = rows.get("warm_start", rows["prompting"])
+    assert f"vs {start['id']} {100 * (r['value'] - start['value']):+.1f} [" in r["note"]
+    assert ("vs grpo" in r["note"]) == (algorithm != "grpo")
+    if algorithm != "grpo":
+      assert f"vs grpo {100 * (r['value'] - rows['grpo']['value']):+.1f} [" in r["note"]
   for rid in ("base", "no_semantic", "prompting", "no_instruction"):  # every number is its questions' verdicts
     correct = saved["evals"][rows[rid]["evals"][0]]["correct"]
     assert len(correct) == 8 and rows[rid]["value"] == sum(correct) / 8

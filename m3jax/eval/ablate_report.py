@@ -17,6 +17,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from m3jax.eval.stats import paired_bootstrap
+
 # What each RL algorithm changes in the shared `rl` config (the budget stays: steps, batch_questions, group_size)
 ALGORITHMS = {
     "grpo": "group-normalised advantages, symmetric clip (clip_high = clip_low), seq-mean-token-mean, every group "
@@ -190,13 +192,20 @@ def build_rows(ab: AblationRun) -> list[Row]:
             else f"n/a: model has no thinking step ({model})")
     add(Row("no_reasoning", "no reasoning", "the controller answers without its thinking step",
             PAPER["no_reasoning"], note=note))
-  start = prompting
+  start, start_spec = prompting, EvalSpec(controller="base")
   if warm and want & {"warm_start", *cfg.algorithms}:
+    start_spec = EvalSpec(controller="warm", instruction=ab.protocol("warm")[0])
     start = add(_single(ab, Row("warm_start", "warm start (RL rows' start)", _warm_start_change(cfg.rl), "—"),
-                        EvalSpec(controller="warm", instruction=ab.protocol("warm")[0]), prompting))
+                        start_spec, prompting))
+  paired_with = {}
+  if start is not None and start.value is not None:
+    paired_with[start.id] = np.asarray(ab.evaluate(start_spec)["correct"], np.float64)
   for algorithm in cfg.algorithms:
     if algorithm in want:
-      add(_rl_row(ab, algorithm, start))
+      row, per_question = _rl_row(ab, algorithm, start, paired_with)
+      add(row)
+      if algorithm == "grpo":  # the paper's comparison: every other algorithm against GRPO
+        paired_with["grpo"] = per_question
   return rows
 
 
@@ -207,19 +216,31 @@ def _warm_start_change(rl) -> str:
   return " + ".join(parts) + " on the base"
 
 
-def _rl_row(ab: AblationRun, algorithm: str, start: Row | None) -> Row:
+def _rl_row(ab: AblationRun, algorithm: str, start: Row | None,
+            paired_with: dict[str, np.ndarray]) -> tuple[Row, np.ndarray]:
+  """The algorithm's row (mean ± std of its seeds' accuracies) and its per-question accuracy over seeds. The note
+  adds paired intervals over the same questions (each question's correctness averaged over seeds, resampled
+  together) against every entry of `paired_with` (the start, and GRPO for the other algorithms): a seed std says
+  how runs vary, the paired interval whether two algorithms differ on these questions."""
   cfg = ab.cfg
   # in the protocol the runs trained in (rl.inter_turn_instruction), as the warm start's row
   specs = [EvalSpec(controller=f"rl-{algorithm}-seed{s}", instruction=ab.protocol(f"rl-{algorithm}-seed{s}")[0])
            for s in cfg.rl_seeds]
-  accs = [ab.evaluate(spec)["accuracy"] for spec in specs]
+  results = [ab.evaluate(spec) for spec in specs]
+  accs = [r["accuracy"] for r in results]
+  per_question = np.mean([np.asarray(r["correct"], np.float64) for r in results], axis=0)
+  paired = []
+  for name, other in paired_with.items():
+    d, lo, hi = paired_bootstrap(per_question, other)
+    paired.append(f"vs {name} {100 * d:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] points paired"
+                  + (" (a tie)" if lo <= 0 <= hi else ""))
   rl = cfg.rl
   row = Row(algorithm, algorithm.upper(), f"{rl.steps} steps × {rl.batch_questions} questions × G={rl.group_size} "
             f"from the shared start: {ALGORITHMS[algorithm]}", PAPER.get(algorithm, "(report)"),
             value=float(np.mean(accs)), err=float(np.std(accs, ddof=1)), err_kind="std over seeds",
             n=len(ab.records), evals=[s.key for s in specs],
-            note="seeds " + ", ".join(f"{s}: {a:.3f}" for s, a in zip(cfg.rl_seeds, accs)))
-  return _delta(row, start)
+            note="; ".join(["seeds " + ", ".join(f"{s}: {a:.3f}" for s, a in zip(cfg.rl_seeds, accs)), *paired]))
+  return _delta(row, start), per_question
 
 
 def format_table(rows: list[Row]) -> str:
