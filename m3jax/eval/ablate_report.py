@@ -4,7 +4,8 @@ evaluation is (`EvalSpec`) and the paper's deltas the rows are printed beside (`
 A row's number is an accuracy on the shared held-out questions with an error bar: the standard error over
 questions (sqrt(p(1-p)/n)) for one evaluation, the sample std over seeds for the RL rows (mean ± std). Its delta
 is in points against the row it ablates (the memory base, the controller it modifies, or the RL start), printed
-beside the paper's. A row that cannot run says why instead of a number.
+beside the paper's; an RL row's note adds paired intervals over the same questions against the start and (DAPO,
+TAURA) against GRPO, which is what decides a tie. A row that cannot run says why instead of a number.
 """
 
 from __future__ import annotations
