@@ -28,15 +28,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
-
-def _map_limit() -> int:
-  try:
-    return int(open("/proc/sys/vm/max_map_count").read())
-  except OSError:  # not Linux: no such limit to stay under
-    return 0
-
-
-_MAP_LIMIT = _map_limit()
+from m3jax.host_memory import release_executables  # noqa: E402
 
 
 def _libc_malloc_trim():
@@ -53,18 +45,11 @@ _malloc_trim = _libc_malloc_trim()
 
 @pytest.fixture(autouse=True)
 def _bounded_memory_maps():
-  """Drops jax's caches once the process holds half the kernel's memory-map limit.
-
-  XLA:CPU maps about three memory regions per compiled executable, and jax keeps every executable it compiled. Over
-  the whole suite that passes `vm.max_map_count` (65530 by default; 34 decoder and sampler tests alone reach 15k),
-  and then the next compile's mmap fails inside LLVM as a segfault (seen after ~384 tests on Intel Xeon and AMD
-  Zen 4). Clearing the caches unmaps those executables; the tests that follow only recompile what they use."""
+  """Drops jax's caches once the process holds half the kernel's memory-map limit (`release_executables`: 34
+  decoder and sampler tests alone map 15k regions; the whole suite passed the 65530 default on Intel Xeon and AMD
+  Zen 4). The tests that follow only recompile what they use."""
   yield
-  if _MAP_LIMIT:
-    with open("/proc/self/maps") as maps:
-      if sum(1 for _ in maps) > _MAP_LIMIT // 2:
-        jax.clear_caches()
-        gc.collect()
+  release_executables()
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -36,3 +36,23 @@ def test_repeated_executions_stop_faulting_in_fresh_pages():
   default, retained = _page_faults("default"), _page_faults("retain")
   assert default > 50_000  # glibc's defaults: every call maps and zero-fills its buffers again (~17k faults/call)
   assert retained < default / 10, (retained, default)
+
+
+def test_executables_are_released_only_past_the_map_limit_share(monkeypatch):
+  """Near the kernel's map limit JAX's executables are dropped (a long RL run or the ablation otherwise segfaults
+  inside LLVM once its compiles pass vm.max_map_count); below it nothing is touched."""
+  import jax
+  import jax.numpy as jnp
+  from m3jax import host_memory
+
+  f = jax.jit(lambda x: jnp.cos(x) * 2 + 1)
+  f(jnp.ones(3))
+  with open("/proc/self/maps") as maps:
+    held = sum(1 for _ in maps)
+  monkeypatch.setattr(host_memory, "map_limit", lambda: 4 * held)
+  assert not host_memory.release_executables(0.5) and f._cache_size() == 1  # a quarter of the limit: kept
+  monkeypatch.setattr(host_memory, "map_limit", lambda: held)
+  assert host_memory.release_executables(0.5) and f._cache_size() == 0  # past half of it: released
+  monkeypatch.setattr(host_memory, "map_limit", lambda: 0)  # no limit to read (not Linux): never
+  f(jnp.ones(3))
+  assert not host_memory.release_executables(0.0) and f._cache_size() == 1

@@ -42,6 +42,7 @@ from m3jax.data.episodes import EpisodeConfig
 from m3jax.data.memory_qa import episode_clips, episode_records, heldout_questions
 from m3jax.data.questions import HELDOUT_SEED_START, check_split
 from m3jax.errors import Interrupted, UserError, run_cli
+from m3jax.host_memory import release_executables
 from m3jax.memory.designs import DesignError, DesignSearcher, design_class, load_design, make_design
 from m3jax.memory.graph import GraphConfig
 from m3jax.rl.program import RLConfig
@@ -314,6 +315,7 @@ class Ablation:
 
   def _evaluate(self, spec: EvalSpec) -> dict:
     from m3jax.control.answer import LLMAnswerer, RuleAnswerer
+    release_executables()  # nine RL runs and their evaluations in one process: stay under its map limit
     from m3jax.control.controller import ControlConfig, Question
     c = self.cfg
     designs, records, embed = self.memory(spec)

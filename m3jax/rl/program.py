@@ -32,6 +32,7 @@ import numpy as np
 from m3jax import checkpoint
 from m3jax.chunks import ChunkBudget
 from m3jax.distributed import gather_objects, global_mesh, interleave, shard, to_host
+from m3jax.host_memory import release_executables
 from m3jax.control.controller import Controller
 from m3jax.eval.judges import JudgeItem, make_judge
 from m3jax.control.prompts import END_OF_TURN
@@ -225,6 +226,7 @@ class RLProgram:
 
   def train_step(self, it, step: int) -> dict[str, float]:
     c = self.cfg
+    released = release_executables()  # a long run meets many shapes: stay under the process's map limit
     t0 = time.perf_counter()
     fed, saved, work = self.prefill_tokens, self.prefill_tokens_saved, self.work.totals()
     self.skipped_questions = 0
@@ -232,6 +234,7 @@ class RLProgram:
     stats["ds/skipped_questions"] = float(self.skipped_questions)
     t_roll = time.perf_counter() - t0
     metrics = dict(stats)
+    metrics["perf/released_executables"] = float(released)  # depends on the process, not the run
     metrics["time/rollout_s"] = t_roll
     metrics.update(self.work.since(work))
     metrics["rollout/prefill_tokens"] = float(self.prefill_tokens - fed)
