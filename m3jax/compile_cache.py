@@ -20,6 +20,7 @@ import json
 import os
 import pathlib
 import platform
+import shutil
 import subprocess
 import sys
 
@@ -55,11 +56,13 @@ def cache_path() -> pathlib.Path:
 
 def _load_check(path: pathlib.Path) -> dict:
   """Whether a program compiled into a cache here by one process loads in the next (hits counted by JAX)."""
-  probe = path / "load_check"
+  probe = path / f"load_check.{os.getpid()}"  # its own: processes that start together check side by side
+  shutil.rmtree(probe, ignore_errors=True)
   runs = []
   for _ in range(2):
     out = subprocess.run([sys.executable, "-c", _CHECK, str(probe)], capture_output=True, text=True, timeout=300)
     runs.append(int(out.stdout.split()[-1]) if out.returncode == 0 and out.stdout.split() else -1)
+  shutil.rmtree(probe, ignore_errors=True)
   verdict = {"reload_hits": runs[1], "first_hits": runs[0], "usable": runs[0] == 0 and runs[1] > 0}
   if not verdict["usable"]:
     verdict["why"] = "a program written to the cache by one process was not loaded by the next"
