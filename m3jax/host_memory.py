@@ -39,7 +39,8 @@ def retain_freed_memory() -> bool:
 def map_limit() -> int:
   """The kernel's per-process limit on memory mappings (`vm.max_map_count`); 0 where there is none to read."""
   try:
-    return int(open("/proc/sys/vm/max_map_count").read())
+    with open("/proc/sys/vm/max_map_count") as limit:
+      return int(limit.read())
   except (OSError, ValueError):  # not Linux
     return 0
 
@@ -50,8 +51,7 @@ def release_executables(fraction: float = 0.5) -> bool:
   WHY: XLA:CPU maps about three regions per compiled executable and JAX keeps every one it compiled. A long
   process that meets many shapes (an RL run's learner compiles one program per call shape; the ablation trains and
   evaluates nine runs in one process) passes `vm.max_map_count` (65530 by default), and the next compile's mmap
-  fails inside LLVM ("Cannot allocate memory", then a segfault): the ablation's chunk 4 died so after 51 minutes.
-  Clearing unmaps them; what runs next compiles again, or loads from the persistent compile cache
+  fails inside LLVM ("Cannot allocate memory", then a segfault). Clearing unmaps them; what runs next compiles again, or loads from the persistent compile cache
   (`m3jax.compile_cache`). Long loops call this between steps; it costs one read of /proc/self/maps."""
   limit = map_limit()
   if not limit:
