@@ -51,8 +51,9 @@ def release_executables(fraction: float = 0.5) -> bool:
   WHY: XLA:CPU maps about three regions per compiled executable and JAX keeps every one it compiled. A long
   process that meets many shapes (an RL run's learner compiles one program per call shape; the ablation trains and
   evaluates nine runs in one process) passes `vm.max_map_count` (65530 by default), and the next compile's mmap
-  fails inside LLVM ("Cannot allocate memory", then a segfault). Clearing unmaps them; what runs next compiles again, or loads from the persistent compile cache
-  (`m3jax.compile_cache`). Long loops call this between steps; it costs one read of /proc/self/maps."""
+  fails inside LLVM ("Cannot allocate memory", then a segfault). Clearing unmaps them; what runs next compiles
+  again, or loads from the persistent compile cache (`m3jax.compile_cache`). Long loops call this between steps;
+  it costs one read of /proc/self/maps."""
   limit = map_limit()
   if not limit:
     return False
