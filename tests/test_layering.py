@@ -18,7 +18,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "m3jax"
 # m3jax.<first component> -> layer; a module may import from its own layer or any lower one.
 LAYERS = {
     "models": 0, "memory": 0, "parallel": 0, "config": 0, "errors": 0, "host_memory": 0, "checkpoint": 0,
-    "distributed": 0, "chunks": 0,
+    "distributed": 0, "chunks": 0, "compile_cache": 0,
     "engine": 0.5,
     "perception": 1, "data": 1,
     "control": 2,
