@@ -5,6 +5,8 @@
   python -m bench.writer_eval --episodes 2 --writers template,trained --adapter FILE  # what fits a busy CPU
   python -m bench.writer_eval --writers template,ceiling --answerer rules        # what an honest writer can reach
   python -m bench.writer_eval --split test --writers template,trained --adapter m3jax/data/writer/writer.npz
+  python -m bench.writer_eval --split test --asr base --talking-faces --speaker-fps 5 --answerer rules \
+      --against runs/writer_eval_test/writer_test_rules.jsonl   # new perception against the records of the old
 
 Each evaluated episode (`--split dev`: seeds from 1_000_000, never trained on but used for choices; `--split test`:
 seeds from 2_000_000 with the test phrasings, touched only by final evaluations) is rendered and perceived for real once (faces,
@@ -50,7 +52,8 @@ from m3jax.eval.demo import qa_verdicts
 from m3jax.eval.scoring import utterance_spans
 from m3jax.memorize.pipeline import default_graph_config
 from m3jax.memorize.observations import ClipMemories
-from m3jax.memorize.perceive import PerceptionModels
+from m3jax.memorize.perceive import PerceptionConfig, PerceptionModels
+from m3jax.perception.asr_models import ASR_MODELS, DEFAULT_ASR
 from m3jax.memorize.writers import (CONTRACT_KEYS, LLMWriter, TemplateWriter, WriterOutputError,
                                  parse_writer_output, read_adapter_card, writer_chat)
 from m3jax.data.episodes import make_episode
@@ -126,6 +129,28 @@ def write_episode(kind: str, backend, instruction: str | None, observations, epi
   return out
 
 
+def _question_key(question_id: str) -> str:
+  return question_id.replace("_talking_", "_")  # a talking rendering asks the still one's questions
+
+
+def read_against(path: str) -> dict[str, dict]:
+  """An earlier run's `--records`, keyed by question (one line per question)."""
+  try:
+    rows = [json.loads(line) for line in pathlib.Path(path).read_text().splitlines() if line.strip()]
+  except (OSError, json.JSONDecodeError) as e:
+    raise SystemExit(f"writer_eval --against {path}: unreadable ({e})") from None
+  return {_question_key(r["id"]): r for r in rows}
+
+
+def against_differences(against: dict[str, dict], questions, verdicts, writers) -> dict[str, tuple]:
+  """Per writer that both runs have: strict QA here − there, paired over the same questions (refuses others)."""
+  keys = [_question_key(q.question_id) for q in questions]
+  if sorted(keys) != sorted(against):
+    raise SystemExit("writer_eval --against: that run answered other questions (same --split and --episodes?)")
+  return {w: paired_bootstrap(verdicts[w, "strict"], [against[k][w]["strict"] for k in keys])
+          for w in writers if all(w in against[k] for k in keys)}
+
+
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--split", default="dev", choices=("dev", "test"),
@@ -140,25 +165,34 @@ def main() -> None:
   ap.add_argument("--slots", type=int, default=24, help="controller KV-cache rows (continuous batching)")
   ap.add_argument("--records", default=None, help="per-question JSONL: question, truth, each writer's answer and "
                   "verdicts")
+  ap.add_argument("--asr", default=DEFAULT_ASR, choices=sorted(ASR_MODELS), help="the Whisper model that hears")
+  ap.add_argument("--talking-faces", action="store_true", help="episodes show the speaker's mouth moving")
+  ap.add_argument("--speaker-fps", type=float, default=0.0, help="perceive with the active-speaker cue at this rate")
+  ap.add_argument("--against", default=None, help="--records of an earlier run on the same questions (e.g. other "
+                  "perception): each writer's QA minus its QA there, paired")
   args = ap.parse_args()
   if args.episodes < 1:
     ap.error("--episodes must be >= 1")
+  against = read_against(args.against) if args.against else None
+  if args.work == ap.get_default("work") and (args.asr != DEFAULT_ASR or args.speaker_fps):
+    args.work += f"_{args.asr}" + (f"_cue{args.speaker_fps:g}" if args.speaker_fps else "")
   writers = args.writers.split(",") if args.writers else ["template", "llm"] + (["trained"] if args.adapter else [])
   if any(w not in WRITERS for w in writers) or ("trained" in writers and not args.adapter):
     ap.error(f"--writers {args.writers!r}: choose from {','.join(WRITERS)} (trained needs --adapter)")
   print(machine(), flush=True)
-  base = _recipe_episode()
+  base = dataclasses.replace(_recipe_episode(), talking_faces=args.talking_faces)
+  perception = PerceptionConfig(speaker_fps=args.speaker_fps)
   models: list[PerceptionModels] = []
 
   def load_models() -> PerceptionModels:
     if not models:
-      models.append(PerceptionModels.load())
+      models.append(PerceptionModels.load(asr=args.asr))
     return models[0]
 
   t = time.perf_counter()
   first = TEST_SEED_START if args.split == "test" else HELDOUT_SEED_START
-  episodes = [perceive_episode(make_episode(dataclasses.replace(base, seed=first + i)), args.work,
-                               models=load_models) for i in range(args.episodes)]
+  episodes = [perceive_episode(make_episode(dataclasses.replace(base, seed=first + i)), args.work, perception,
+                               models=load_models, asr=args.asr) for i in range(args.episodes)]
   print(f"{args.episodes} {args.split} episodes rendered and perceived (or loaded) in {time.perf_counter() - t:.0f} s",
         flush=True)
   embed = load_models().text
@@ -239,7 +273,12 @@ def main() -> None:
                    f"qa_{w}_contains": f"{qa[w, 'contains'][0]:.3f}", f"fallbacks_{w}": fallbacks[w]})
   for w, d in diffs.items():
     fields.update({f"diff_{w}": f"{d[0]:.3f}", f"diff_{w}_lo": f"{d[1]:.3f}", f"diff_{w}_hi": f"{d[2]:.3f}"})
-  print(result_line(**fields, split=args.split, judge="strict"))
+  if against is not None:
+    for w, d in against_differences(against, questions, verdicts, writers).items():
+      print(f"{w:9s} QA strict − the same writer in {args.against}: {d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}]")
+      fields.update({f"vs_against_{w}": f"{d[0]:.3f}", f"vs_against_{w}_lo": f"{d[1]:.3f}",
+                     f"vs_against_{w}_hi": f"{d[2]:.3f}"})
+  print(result_line(**fields, asr=args.asr, speaker_fps=args.speaker_fps, split=args.split, judge="strict"))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 One short episode (one 12-s clip, one person) is rendered and perceived for real once per session; everything
 else is built from that cache or from hand-made observations."""
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -13,7 +14,7 @@ import sys
 import pytest
 
 from m3jax.eval.scoring import utterance_spans
-from m3jax.memorize.pipeline import default_graph_config, load_memory
+from m3jax.memorize.pipeline import MemoryDirError, default_graph_config, load_memory
 from m3jax.memorize.observations import ClipMemories, ClipObservation, FaceObservation, SpeechObservation
 from m3jax.memorize.perceive import PerceptionModels
 from m3jax.memorize.writers import LLMWriter, TemplateWriter, clip_prompt, parse_writer_output
@@ -115,6 +116,28 @@ def test_target_quotes_follow_the_prompt_order():
   prompt = clip_prompt(turns)[0]["content"]
   assert quotes == ['<voice_4> says: "One."', '<voice_4> says: "Three."', '<voice_6> says: "Two."']
   assert prompt.index('"One."') < prompt.index('"Three."') < prompt.index('"Two."')
+
+
+def test_targets_take_the_speaker_cues_pairs_the_script_confirms():
+  # seed 1's clip shows Sophie (left) and Susan (right); Sophie speaks at 0.8-3.5 s, Susan at 11.0-13.7 s
+  ep = make_episode(EpisodeConfig(seed=1, num_clips=1, num_characters=2, clip_seconds=20.0,
+                                  utterances_per_clip=(2, 3)))
+  assert ep.clips[0].present == ("Sophie", "Susan")
+  two = _clip(faces=((3, 0.25), (4, 0.75)), speech=((7, 1.0, 3.0, "Hello."), (8, 11.5, 13.0, "Hi.")))
+  equivalences = lambda clip: [s for s in writer_data.clip_target(ep, clip)["high_level_conclusions"]
+                               if s.startswith("Equivalence:")]
+  assert equivalences(two) == []  # two faces, no cue: nothing tells who speaks
+  cued = dataclasses.replace(two, speakers=((3, 7, 0.9), (3, 8, 0.7), (4, 8, 0.8)))  # (3, 8) is wrong
+  assert equivalences(cued) == ["Equivalence: <face_3>, <voice_7>", "Equivalence: <face_4>, <voice_8>"]
+
+
+def test_cached_perception_of_other_settings_is_refused(perceived):
+  work, seen = perceived
+  def no_models():
+    raise AssertionError("refusing must not load models")
+  with pytest.raises(MemoryDirError, match="asr: stored 'tiny.en', now 'base'"):
+    writer_data.perceive_episode(seen.episode, work, models=no_models, asr="base")
+  assert writer_data.perceive_episode(seen.episode, work, models=no_models).observations == seen.observations
 
 
 def test_writer_drops_and_counts_invented_tags():

@@ -7,7 +7,8 @@ memories (`episodes.utterance_fact`) restricted to what the input supports, with
   * `<face_N> is present.` for each detected face, `<voice_N> says: "<transcript>"` for each speech segment,
     grouped by voice as the prompt lists them (`clip_target`);
   * `Equivalence: <face_N>, <voice_M>` only in a clip with one face and one voice of the same person (a text
-    writer cannot tell which of several faces speaks);
+    writer cannot tell which of several faces speaks); with the active-speaker cue, the cue's pairs the script
+    confirms (the writers store the cue's equivalences, whatever a model wrote);
   * each fact an utterance tells, tagged with the voice that said it, only when the transcript holds the fact's
     values (`episodes.fact_values`): "likes to drink orange juice" is dropped when Whisper heard "common juice".
 The contract reply (`writers.CONTRACT_KEYS`) is the target, so the `llm` writer's parser and constraint decode
@@ -35,9 +36,11 @@ import tensorflow_datasets as tfds
 from etils import epath
 
 from m3jax.eval.scoring import face_person, load_observations, speech_person, utterance_spans
-from m3jax.memorize.pipeline import MemorizeConfig, Memorizer, read_manifest
+from m3jax.memorize.pipeline import (MemorizeConfig, Memorizer, MemoryDirError, memory_settings, read_manifest,
+                                    settings_mismatch)
 from m3jax.memorize.observations import ClipObservation
 from m3jax.memorize.perceive import PerceptionConfig, PerceptionModels
+from m3jax.perception.asr_models import DEFAULT_ASR
 from m3jax.control.prompts import END_OF_TURN, render_chatml
 from m3jax.memorize.writers import CONTRACT_KEYS, TemplateWriter, clip_prompt
 from m3jax.data.episode_render import render_episode
@@ -67,16 +70,21 @@ class PerceivedEpisode:
 
 
 def perceive_episode(ep: Episode, work_dir: str | pathlib.Path, perception: PerceptionConfig = PerceptionConfig(),
-                     models: Callable[[], PerceptionModels] = PerceptionModels.load) -> PerceivedEpisode:
-  """Renders and perceives `ep` once (cached under work_dir/<id>; `models` is only called when perception runs)."""
+                     models: Callable[[], PerceptionModels] = PerceptionModels.load,
+                     asr: str = DEFAULT_ASR) -> PerceivedEpisode:
+  """Renders and perceives `ep` once (cached under work_dir/<id>; `models` is only called when perception runs and
+  must hold the Whisper model named `asr`, which the memory's manifest records: a cache heard by another refuses)."""
   d = pathlib.Path(work_dir) / ep.id
   if not (d / f"{ep.id}.json").exists():  # the annotations are written last: their presence marks a full render
     render_episode(ep, d)
   mem = d / "perception"
   manifest = read_manifest(mem)
+  # never snapshot: every clip's journal stays, holding its entity decisions
+  config = MemorizeConfig(clip_seconds=ep.config.clip_seconds, perception=perception, asr=asr, snapshot_every=2 ** 31)
+  differ = manifest and settings_mismatch(manifest.get("settings", {}), memory_settings(config, TemplateWriter.name))
+  if differ:  # a finished cache would otherwise be returned as is, whatever perceived it
+    raise MemoryDirError(f"{mem} was perceived with other settings ({'; '.join(differ)}): use another work directory")
   if manifest is None or manifest["next_clip"] < ep.config.num_clips:
-    # never snapshot: every clip's journal stays, holding its entity decisions
-    config = MemorizeConfig(clip_seconds=ep.config.clip_seconds, perception=perception, snapshot_every=2 ** 31)
     Memorizer(mem, config, writer=TemplateWriter(), models=models()).memorize(d / f"{ep.id}.mp4", progress=False)
     manifest = read_manifest(mem)
   entities = [[r for r in journal.load(mem / name) if r[0] == "entities"] for name in manifest["journal"]]
@@ -101,7 +109,13 @@ def clip_target(ep: Episode, obs: ClipObservation, spans=None) -> dict[str, list
   speakers = [speech_person(spans, obs, s) for s in obs.speech]
   semantic = []
   voices = obs.voice_ids
-  if len(obs.faces) == 1 and len(voices) == 1 and {face_person(ep, obs, obs.faces[0])} == set(speakers):
+  if obs.speakers is not None:  # the active-speaker cue's pairs, where the script agrees: it sees who speaks
+    shows = {f.node_id: face_person(ep, obs, f) for f in obs.faces}
+    heard: dict[int, set] = {}
+    for s, who in zip(obs.speech, speakers):
+      heard.setdefault(s.node_id, set()).add(who)
+    semantic += [f"Equivalence: <face_{f}>, <voice_{v}>" for f, v, _ in obs.speakers if heard.get(v) == {shows.get(f)}]
+  elif len(obs.faces) == 1 and len(voices) == 1 and {face_person(ep, obs, obs.faces[0])} == set(speakers):
     semantic.append(f"Equivalence: <face_{obs.faces[0].node_id}>, <voice_{voices[0]}>")
   for u, (start, end, _) in zip(ep.clips[obs.clip].utterances, spans[obs.clip]):
     c = ep.character(u.speaker)
