@@ -133,12 +133,15 @@ def _question_key(question_id: str) -> str:
   return question_id.replace("_talking_", "_")  # a talking rendering asks the still one's questions
 
 
-def read_against(path: str) -> dict[str, dict]:
-  """An earlier run's `--records`, keyed by question (one line per question)."""
+def read_against(path: str, answerer: str) -> dict[str, dict]:
+  """An earlier run's `--records` by the same answerer, keyed by question (one line per question)."""
   try:
     rows = [json.loads(line) for line in pathlib.Path(path).read_text().splitlines() if line.strip()]
   except (OSError, json.JSONDecodeError) as e:
     raise SystemExit(f"writer_eval --against {path}: unreadable ({e})") from None
+  other = {r.get("answerer", "not recorded") for r in rows} - {answerer}
+  if other:
+    raise SystemExit(f"writer_eval --against {path}: answered by {', '.join(sorted(other))}, not {answerer}")
   return {_question_key(r["id"]): r for r in rows}
 
 
@@ -173,7 +176,7 @@ def main() -> None:
   args = ap.parse_args()
   if args.episodes < 1:
     ap.error("--episodes must be >= 1")
-  against = read_against(args.against) if args.against else None
+  against = read_against(args.against, args.answerer) if args.against else None
   if args.work == ap.get_default("work") and (args.asr != DEFAULT_ASR or args.speaker_fps):
     args.work += f"_{args.asr}" + (f"_cue{args.speaker_fps:g}" if args.speaker_fps else "")
   writers = args.writers.split(",") if args.writers else ["template", "llm"] + (["trained"] if args.adapter else [])
@@ -239,6 +242,7 @@ def main() -> None:
     with open(args.records, "w") as f:
       for i, (q, d) in enumerate(zip(questions, distractors)):
         f.write(json.dumps({"id": q.question_id, "question": q.question, "truth": q.answer, "distractors": d,
+                            "answerer": args.answerer,
                             **{w: {"answer": answers[w][i], "strict": verdicts[w, "strict"][i],
                                    "contains": verdicts[w, "contains"][i]} for w in writers}}) + "\n")
   qa = {(w, j): accuracy_interval(verdicts[w, j]) for w in writers for j in ("strict", "contains")}
