@@ -44,12 +44,13 @@ def test_writes_table_png_and_json(first):
     r = rows[algorithm]
     accs = [saved["evals"][k]["accuracy"] for k in r["evals"]]
     assert len(r["evals"]) == 3 and r["err_kind"] == "std over seeds" and r["value"] == pytest.approx(sum(accs) / 3)
-    # paired over the same questions (correctness averaged over seeds) against the start, and DAPO/TAURA vs GRPO
+    # paired over the same questions (correctness averaged over seeds) against the start and every earlier algorithm
     start = rows.get("warm_start", rows["prompting"])
     assert f"vs {start['id']} {100 * (r['value'] - start['value']):+.1f} [" in r["note"]
-    assert ("vs grpo" in r["note"]) == (algorithm != "grpo")
-    if algorithm != "grpo":
-      assert f"vs grpo {100 * (r['value'] - rows['grpo']['value']):+.1f} [" in r["note"]
+    earlier = ("grpo", "dapo")[:("grpo", "dapo", "taura").index(algorithm)]
+    assert [a for a in ("grpo", "dapo", "taura") if f"vs {a} " in r["note"]] == list(earlier)
+    for a in earlier:
+      assert f"vs {a} {100 * (r['value'] - rows[a]['value']):+.1f} [" in r["note"]
   for rid in ("base", "no_semantic", "prompting", "no_instruction"):  # every number is its questions' verdicts
     correct = saved["evals"][rows[rid]["evals"][0]]["correct"]
     assert len(correct) == 8 and rows[rid]["value"] == sum(correct) / 8

@@ -205,8 +205,9 @@ def build_rows(ab: AblationRun) -> list[Row]:
     if algorithm in want:
       row, per_question = _rl_row(ab, algorithm, start, paired_with)
       add(row)
-      if algorithm == "grpo":  # the paper's comparison: every other algorithm against GRPO
-        paired_with["grpo"] = per_question
+      # every later algorithm against each earlier one: the paper's DAPO vs GRPO, and TAURA (DAPO with token
+      # advantages) against both
+      paired_with[algorithm] = per_question
   return rows
 
 
@@ -221,7 +222,7 @@ def _rl_row(ab: AblationRun, algorithm: str, start: Row | None,
             paired_with: dict[str, np.ndarray]) -> tuple[Row, np.ndarray]:
   """The algorithm's row (mean ± std of its seeds' accuracies) and its per-question accuracy over seeds. The note
   adds paired intervals over the same questions (each question's correctness averaged over seeds, resampled
-  together) against every entry of `paired_with` (the start, and GRPO for the other algorithms): a seed std says
+  together) against every entry of `paired_with` (the start, and the algorithms before this one): a seed std says
   how runs vary, the paired interval whether two algorithms differ on these questions."""
   cfg = ab.cfg
   # in the protocol the runs trained in (rl.inter_turn_instruction), as the warm start's row
