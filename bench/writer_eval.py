@@ -5,8 +5,8 @@
   python -m bench.writer_eval --episodes 2 --writers template,trained --adapter FILE  # what fits a busy CPU
   python -m bench.writer_eval --writers template,ceiling --answerer rules        # what an honest writer can reach
   python -m bench.writer_eval --split test --writers template,trained --adapter m3jax/data/writer/writer.npz
-  python -m bench.writer_eval --split test --asr base --talking-faces --speaker-fps 5 --answerer rules \
-      --against runs/writer_eval_test/writer_test_rules.jsonl   # new perception against the records of the old
+  python -m bench.writer_eval --asr base --talking-faces --speaker-fps 5 --answerer rules \
+      --against runs/writer_eval_cue/still_tiny.jsonl   # new perception against the old one's records (dev)
 
 Each evaluated episode (`--split dev`: seeds from 1_000_000, never trained on but used for choices; `--split test`:
 seeds from 2_000_000 with the test phrasings, touched only by final evaluations) is rendered and perceived for real once (faces,
