@@ -103,7 +103,7 @@ case "$mode" in
   # ~1.5x sooner; more workers cost ~6 GB of memory each, hence a fixed 2 (M3JAX_TEST_WORKERS=0: one process).
   test) cd "$ROOT"
         workers=${M3JAX_TEST_WORKERS:-2}
-        xdist=(); [ "$workers" -gt 0 ] && xdist=(-n "$workers" --dist loadfile)
+        xdist=(); [ "$workers" -gt 0 ] && xdist=(-n "$workers" --dist loadfile --no-loadscope-reorder)  # conftest orders the files
         exec "$VENV/bin/python" -m pytest --durations=25 "${xdist[@]}" "$@" ;;
   *)    exec "$VENV/bin/python" -P -m m3jax.cli "$mode" "$@" ;;  # -P: a caller's ./m3jax cannot shadow the package
 esac

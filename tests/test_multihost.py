@@ -19,6 +19,7 @@ import time
 import numpy as np
 import portpicker
 import pytest
+from conftest import FAST_COMPILE
 from memory_dirs import assert_same_memory
 
 from m3jax import distributed
@@ -38,7 +39,7 @@ class Run:
   def __init__(self, tasks: str, out: pathlib.Path, nproc: int, cli: list[str] | None = None):
     out.mkdir(parents=True, exist_ok=True)
     self.out, self.procs, self.exited = out, [], {}
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={8 // nproc}",
+    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={8 // nproc} {FAST_COMPILE}",
                PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
     port = portpicker.pick_unused_port() if nproc > 1 else 0
     for pid in range(nproc):
@@ -115,7 +116,26 @@ def trained(tmp_path_factory):
       run.kill()
 
 
-def test_two_processes_train_and_checkpoint_like_one(tmp_path, runs, trained):
+@pytest.fixture(scope="module")
+def resumed(trained):
+  """The 2-process RL run, its step-2 checkpoint removed (killed after step 1), resumed on 2 processes (DIR/same)
+  and on 1 (DIR/fewer). Each first restores the learner checkpoint of the other process count into a fresh
+  learner (DIR/two's on 1 process, DIR/one's on 2): one start-up serves both checks."""
+  started = []
+  try:
+    for name, nproc, other in (("same", 2, "one"), ("fewer", 1, "two")):
+      shutil.copytree(trained / "two" / "rl" / "ckpt", trained / name / "rl" / "ckpt")
+      shutil.rmtree(trained / name / "rl" / "ckpt" / "2")
+      started.append(Run(f"restore={trained / other},rl", trained / name, nproc))
+    for run in started:
+      _ok(run, 2 * STEP_TIMEOUT)
+    yield trained
+  finally:
+    for run in started:
+      run.kill()
+
+
+def test_two_processes_train_and_checkpoint_like_one(trained, resumed):
   """An SFT step and an RL learner update on 2 processes x 4 devices equal 1 process x 8 (losses, old
   log-probs, every parameter, <= 1e-5); an SFT run resumed from its checkpoint continues as the uninterrupted
   one does; a learner checkpoint written by either process count restores in the other."""
@@ -128,9 +148,7 @@ def test_two_processes_train_and_checkpoint_like_one(tmp_path, runs, trained):
     for k in (k for k in run.files if k.startswith("sft_q")):
       np.testing.assert_array_equal(run[k.replace("_q", "_r")], run[k], err_msg=k)
   # across process counts: a fresh (other seed) learner restores the other run's checkpoint exactly
-  r12, r21 = runs(f"restore={one}", tmp_path / "r12", 2), runs(f"restore={two}", tmp_path / "r21", 1)
-  _ok(r12), _ok(r21)
-  for restored, written in ((tmp_path / "r12", a), (tmp_path / "r21", b)):
+  for restored, written in ((resumed / "same", a), (resumed / "fewer", b)):
     got = np.load(restored / "restored.npz")
     for k in got.files:
       np.testing.assert_array_equal(got[k], written[f"rl_{k}"], err_msg=k)
@@ -146,7 +164,7 @@ def test_sft_processes_read_disjoint_shares_of_each_batch(trained):
   assert two["p0"].tolist() == [0, 2, 2] and two["p1"].tolist() == [1, 3, 3]
 
 
-def test_rl_training_on_two_processes_equals_one_and_resumes(trained, runs):
+def test_rl_training_on_two_processes_equals_one_and_resumes(trained, resumed):
   """`train.py rl`'s program (rollouts, dynamic sampling, update; 2 steps, mesh 2x2x2) on 2 processes x 4
   devices equals 1 x 8: the same groups kept at every step, the same rewards, token counts, losses and final
   parameters (<= 1e-5). Killed after step 1 (its step-2 checkpoint removed), the 2-process run resumes on 2
@@ -157,14 +175,8 @@ def test_rl_training_on_two_processes_equals_one_and_resumes(trained, runs):
   kept, generated = a["ds/kept_groups"], a["ds/generated_groups"]
   assert (0 < kept).all() and (kept < generated).any(), (kept, generated)  # groups both kept and dropped
   _close(a, b)
-  resumes = {}
-  for name, nproc in (("same", 2), ("fewer", 1)):
-    shutil.copytree(trained / "two" / "rl" / "ckpt", trained / name / "rl" / "ckpt")
-    shutil.rmtree(trained / name / "rl" / "ckpt" / "2")
-    resumes[name] = runs("rl", trained / name, nproc)
-  for name, run in resumes.items():
-    _ok(run)
-    c = np.load(trained / name / "rl.npz")
+  for name in ("same", "fewer"):
+    c = np.load(resumed / name / "rl.npz")
     assert c["steps"].tolist() == [1] and c["kept"].tolist() == b["kept"].tolist()[1:], name
     _close(b, c, at=slice(1, None))
 
