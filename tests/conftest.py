@@ -48,7 +48,7 @@ def _libc_malloc_trim():
 _malloc_trim = _libc_malloc_trim()
 
 
-# The slowest files, slowest first (seconds per file in a 2-worker run on AMD Zen 4, -O0 compiles). The workers
+# The slowest files, slowest first (by their time in a 2-worker run on AMD Zen 4, -O0 compiles). The workers
 # take files in collection order (`./m3 test` turns off xdist's reordering by test count, which put the
 # one-test 3-minute no-torch file last, alone on one worker, while the other idled): heaviest first leaves only
 # short files for the end. Keep it in step with `--durations` when a file grows past ~60 s.
