@@ -6,6 +6,7 @@ devices. Results are compared across process counts, never with themselves. Ever
 session and is killed (its whole process group) when the test ends, whatever happens.
 """
 
+import contextlib
 import json
 import os
 import pathlib
@@ -102,18 +103,24 @@ def _close(a: np.lib.npyio.NpzFile, b: np.lib.npyio.NpzFile, prefix: str = "", a
     np.testing.assert_allclose(a[k] if k.startswith("p") else a[k][at], b[k], atol=1e-5, rtol=0, err_msg=k)
 
 
+@contextlib.contextmanager
+def _finished(started: list[Run]):
+  """Waits for runs started together (each must exit 0); kills whatever is left when the block ends."""
+  try:
+    for run in started:
+      _ok(run, 2 * STEP_TIMEOUT)
+    yield
+  finally:
+    for run in started:
+      run.kill()
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
   """`TRAINED` on 1 process x 8 devices (DIR/one) and on 2 x 4 (DIR/two), started together."""
   base = tmp_path_factory.mktemp("trained")
-  started = [Run(TRAINED, base / "one", 1), Run(TRAINED, base / "two", 2)]
-  try:
-    for run in started:
-      _ok(run, 2 * STEP_TIMEOUT)
+  with _finished([Run(TRAINED, base / "one", 1), Run(TRAINED, base / "two", 2)]):
     yield base
-  finally:
-    for run in started:
-      run.kill()
 
 
 @pytest.fixture(scope="module")
@@ -121,18 +128,12 @@ def resumed(trained):
   """The 2-process RL run, its step-2 checkpoint removed (killed after step 1), resumed on 2 processes (DIR/same)
   and on 1 (DIR/fewer). Each first restores the learner checkpoint of the other process count into a fresh
   learner (DIR/two's on 1 process, DIR/one's on 2): one start-up serves both checks."""
-  started = []
-  try:
-    for name, nproc, other in (("same", 2, "one"), ("fewer", 1, "two")):
-      shutil.copytree(trained / "two" / "rl" / "ckpt", trained / name / "rl" / "ckpt")
-      shutil.rmtree(trained / name / "rl" / "ckpt" / "2")
-      started.append(Run(f"restore={trained / other},rl", trained / name, nproc))
-    for run in started:
-      _ok(run, 2 * STEP_TIMEOUT)
+  for name in ("same", "fewer"):
+    shutil.copytree(trained / "two" / "rl" / "ckpt", trained / name / "rl" / "ckpt")
+    shutil.rmtree(trained / name / "rl" / "ckpt" / "2")
+  with _finished([Run(f"restore={trained / other},rl", trained / name, nproc)
+                  for name, nproc, other in (("same", 2, "one"), ("fewer", 1, "two"))]):
     yield trained
-  finally:
-    for run in started:
-      run.kill()
 
 
 def test_two_processes_train_and_checkpoint_like_one(trained, resumed):
