@@ -233,8 +233,13 @@ def _write_gguf(path, tensors, extra_key=None):
   w.close()
 
 
-def test_gguf_load_names_unused_tensors_and_unknown_metadata(tiny_dirs, tmp_path):
+def test_gguf_load_names_unused_tensors_and_unknown_metadata(tiny_dirs, tmp_path, monkeypatch):
+  """Refusals hold on every load: a file is indexed (`$M3JAX_CACHE/gguf`) only once it has loaded. A second load of
+  a good file reads its index instead of parsing the file and gives the same parameters."""
+  import gguf
+  from flax import nnx
   from m3jax.models.weights.gguf import _LAYER, _NAMES, load_gguf
+  monkeypatch.setenv("M3JAX_CACHE", str(tmp_path / "cache"))
   hf = load_file(str(tiny_dirs["llama_tied"][0] / "model.safetensors"))
   tensors = {}
   for key, value in hf.items():
@@ -244,13 +249,45 @@ def test_gguf_load_names_unused_tensors_and_unknown_metadata(tiny_dirs, tmp_path
       i, rest = key.split(".", 3)[2:]
       tensors[f"blk.{i}.{_LAYER[rest]}"] = value
   _write_gguf(tmp_path / "ok.gguf", tensors)
-  load_gguf(tmp_path / "ok.gguf")
+  parsed = load_gguf(tmp_path / "ok.gguf")
   _write_gguf(tmp_path / "extra.gguf", {**tensors, "rope_freqs.weight": np.ones(8, np.float32)})
-  with pytest.raises(WeightLoadError, match="'rope_freqs.weight'"):
-    load_gguf(tmp_path / "extra.gguf")
   _write_gguf(tmp_path / "meta.gguf", tensors, extra_key="llama.rope.scaling.type")
-  with pytest.raises(UnsupportedConfig, match="llama.rope.scaling.type"):
-    load_gguf(tmp_path / "meta.gguf")
+  for _ in range(2):
+    with pytest.raises(WeightLoadError, match="'rope_freqs.weight'"):
+      load_gguf(tmp_path / "extra.gguf")
+    with pytest.raises(UnsupportedConfig, match="llama.rope.scaling.type"):
+      load_gguf(tmp_path / "meta.gguf")
+  assert [p.name.split("-")[0] for p in (tmp_path / "cache" / "gguf").iterdir()] == ["ok"]
+
+  def no_parse(*_):
+    raise AssertionError("an indexed file was parsed again")
+  monkeypatch.setattr(gguf, "GGUFReader", no_parse)
+  indexed = load_gguf(tmp_path / "ok.gguf")
+  assert indexed.cfg == parsed.cfg
+  for a, b in zip(jax.tree.leaves(nnx.state(parsed)), jax.tree.leaves(nnx.state(indexed))):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  with open(tmp_path / "ok.gguf", "ab") as f:  # another file now (its size is in the key): parsed, not indexed
+    f.write(b"\0" * 64)
+  with pytest.raises(WeightLoadError, match="parsed again"):
+    load_gguf(tmp_path / "ok.gguf")
+
+
+def test_the_gguf_index_views_the_shipped_llm_s_tensors_as_the_gguf_reader_does():
+  """The index records each tensor's type, dtype, shape and offset; its views of SmolLM2's file are the reader's
+  bytes exactly, and a JSON round trip of the index gives the same config."""
+  import gguf
+  from m3jax.models.weights.gguf import _parse, _tensors, config_from_gguf, smollm2_path
+  path = smollm2_path()
+  index = _parse(path)
+  views = _tensors(path, json.loads(json.dumps(index)))
+  reader = gguf.GGUFReader(str(path))
+  assert sorted(views) == sorted(t.name for t in reader.tensors)
+  for t in reader.tensors:
+    assert views[t.name].tensor_type == t.tensor_type and views[t.name].data.dtype == t.data.dtype, t.name
+    np.testing.assert_array_equal(views[t.name].data, t.data, err_msg=t.name)
+  assert (config_from_gguf(index["fields"], index["tensors"], index["vocab_tokens"])
+          == config_from_gguf(*(lambda i: (i["fields"], i["tensors"], i["vocab_tokens"]))(json.loads(json.dumps(index)))))
+  assert index["vocab_tokens"] == 49152 and index["data_offset"] < 16 << 20
 
 
 def test_whisper_loads_name_unused_tensors(tiny_whisper_dir, tmp_path):

@@ -38,7 +38,7 @@ def load_tokenizer(path: str | pathlib.Path):
 
   path = pathlib.Path(path)
   if path.suffix == ".gguf":
-    cached = cache_dir() / "tokenizers" / _gguf_key(path)
+    cached = cache_dir() / "tokenizers" / gguf_key(path)
     if (cached / "tokenizer_config.json").exists():
       return AutoTokenizer.from_pretrained(str(cached))
     tok = gguf_tokenizer(path)
@@ -54,8 +54,9 @@ def load_tokenizer(path: str | pathlib.Path):
   return AutoTokenizer.from_pretrained(str(path))
 
 
-def _gguf_key(path: pathlib.Path) -> str:
-  """The cache entry of a GGUF file: its name, size and a hash of its first 16 MiB (the metadata comes first)."""
+def gguf_key(path: pathlib.Path) -> str:
+  """The cache entry of a GGUF file (its tokenizer here, its parsed metadata in `weights.gguf`): its name, size and
+  a hash of its first 16 MiB (the metadata comes first)."""
   with open(path, "rb") as f:
     head = hashlib.sha1(f.read(16 << 20)).hexdigest()[:16]
   return f"{path.stem}-{path.stat().st_size}-{head}"
