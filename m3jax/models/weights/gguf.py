@@ -131,12 +131,18 @@ def _index_path(path: pathlib.Path) -> pathlib.Path:
   return cache_dir() / "gguf" / f"{gguf_key(path)}.json"
 
 
+def _index_version() -> list:
+  """The index's format and the `gguf` release whose views it records (another release re-parses)."""
+  from importlib.metadata import version
+  return [_INDEX_VERSION, version("gguf")]
+
+
 def _read_index(path: pathlib.Path) -> dict | None:
   try:
     index = json.loads(_index_path(path).read_text())
   except (OSError, ValueError):
     return None
-  return index if index.get("version") == _INDEX_VERSION else None
+  return index if index.get("version") == _index_version() else None
 
 
 def _parse(path: pathlib.Path) -> dict:
@@ -149,7 +155,7 @@ def _parse(path: pathlib.Path) -> dict:
   except Exception as e:  # the gguf package raises bare ValueError/struct errors on damaged files
     raise WeightLoadError(f"cannot read GGUF file {path}: {e}") from e
   tokens = reader.fields.get("tokenizer.ggml.tokens")
-  return {"version": _INDEX_VERSION,
+  return {"version": _index_version(),
           "fields": {k: f.contents() for k, f in reader.fields.items() if not k.startswith("tokenizer.")},
           "vocab_tokens": 0 if tokens is None else len(tokens.data),
           "data_offset": int(reader.data_offset),
