@@ -9,7 +9,7 @@ Exact or refused: every `<arch>.*` metadata key must be one `config_from_gguf` m
 sliding window, experts... fail naming the key), and every tensor of the file must be consumed.
 
 WHY an index cache: `gguf.GGUFReader` parses every vocabulary string and merge of the tokenizer's metadata as its
-own array, about 4 s of a SmolLM2 load's 7, on every `ask`, `chat` and process start. A file that loaded once has
+own array: most of a SmolLM2 load, on every `ask`, `chat` and process start. A file that loaded once has
 its metadata (without the tokenizer's arrays, which the weights do not need) and its tensors' places in the file
 recorded in `$M3JAX_CACHE/gguf/`, keyed as the tokenizer cache is (name, size, hash of the first 16 MiB, which
 hold the metadata); later loads map the tensors straight from the file and re-run every check on the record.
