@@ -46,6 +46,16 @@ def test_greedy_generation_matches_full_forward():
   for b, e in enumerate(enc):
     pred = np.asarray(logits)[b, len(e.ids) - 1:len(e.ids) - 1 + n_new].argmax(-1)
     np.testing.assert_array_equal(pred, out.tokens[b])
+  # row 0 stops on its first token while row 1 goes on: each row keeps its own continuation (and entropies).
+  # Sampled (an untrained model's greedy first token is the same for both rows); the first draw is the same
+  # whatever stops, so row 0's first token is made the stop token
+  sampled = SamplingConfig(max_new_tokens=n_new, temperature=1.0, seed=5, length_buckets=(512, 1024, 2048))
+  first = [t[0] for t in generate(model, batch.inputs, sampled).tokens]
+  assert first[0] != first[1]
+  cut = generate(model, batch.inputs, dataclasses.replace(sampled, stop_token_ids=(first[0],), entropy=True))
+  assert cut.tokens[0] == [first[0]] and cut.tokens[1][0] == first[1] and cut.finish_reason[0] == "stop"
+  assert [len(e) for e in cut.entropies] == [len(t) for t in cut.tokens] == [len(p) for p in cut.logprobs]
+  assert len(cut.tokens[1]) > 1 and all(np.all(e > 0) for e in cut.entropies)
 
 def test_omni_writer_falls_back_to_template_when_the_reply_is_not_json():
   """An untrained thinker replies bytes noise: the clip gets the template memories and the failure is counted."""

@@ -30,6 +30,16 @@ def test_build_batch_masks_generated_tokens_pads_rows_and_truncates():
   np.testing.assert_allclose(batch["old_logp"][0], [0, 0, 0, -0.5, -0.5, 0, 0, -0.5])
   np.testing.assert_array_equal(batch["lengths"], [8, 8, 1, 1])
   assert batch["mask"][2:].sum() == 0 and stats["rollout/truncated"] == 1 and stats["rollout/padding_rows"] == 2
+  assert not batch["entropy"].any()  # none recorded
+  c = _traj([([5, 6], False)])
+  c.append_tokens([8, 9], generated=True, logprobs=[-0.5, -0.25], entropies=[1.5, 0.75])
+  with pytest.raises(ValueError, match="entropies"):
+    c.append_tokens([1, 2], generated=True, logprobs=[-0.5, -0.5], entropies=[1.0])
+  np.testing.assert_allclose(rollout.build_batch([c], rows=1, seq_bucket=4, max_len=8)[0]["entropy"][0],
+                             [0, 0, 1.5, 0.75])
+  back = Trajectory.from_json(c.to_json())  # entropies survive a JSON line, and a line without them reads as 0
+  np.testing.assert_array_equal(back.entropies, c.entropies)
+  assert "entropies" not in a.to_json() and not Trajectory.from_json(a.to_json()).entropies.any()
   short, _ = rollout.build_batch([_traj([([5, 6, 7], False), ([8], True)])], rows=1, seq_bucket=4, max_len=64)
   assert short["tokens"].shape == (1, 4)
   with pytest.raises(rollout.RolloutError, match="do not fit"):

@@ -202,3 +202,47 @@ def test_sized_episodes_reach_training_and_a_curve_spread_over_episodes(tmp_path
   shapes = [sizes.episode(cfg.episode, s) for s in (*range(0, 3), *range(1_000_000, 1_000_003))]
   assert len({(e.num_clips, e.num_characters) for e in shapes}) > 1
   assert [r.memory_id for r in program.eval_records] == [3, 4, 5, 3, 4, 5]
+
+
+def test_taura_takes_its_entropies_from_the_rollout(tmp_path, monkeypatch):
+  """With the sampler's log-probs as the old policy (recompute_old_logp=False), a TAURA step runs no learner
+  pass for entropies: the rollout recorded them, and they equal the learner's entropies of the same tokens under
+  the same (not yet updated) policy, up to float rounding (the rollout decodes with the adapters merged)."""
+  import dataclasses
+
+  import numpy as np
+
+  from m3jax.config import apply_overrides, load_config
+  from m3jax.rl import program as program_lib
+
+  cfg = apply_overrides(load_config("configs/rl_tiny.py"), [a for a in FAST if a != "--set"])
+  with pytest.raises(ValueError, match="learner.temperature"):
+    dataclasses.replace(cfg, recompute_old_logp=False)
+  cfg = dataclasses.replace(cfg, steps=1, advantage="taura", recompute_old_logp=False, lora_rank=4,
+                            learner=dataclasses.replace(cfg.learner, temperature=cfg.temperature),
+                            out_dir=str(tmp_path / "run"))
+  program = program_lib.RLProgram(cfg)
+  seen, update = [], program.learner.update
+
+  def learner_pass(*a, **kw):
+    raise AssertionError("TAURA ran a learner pass for its entropies")
+
+  def check_then_update(batch, seed):
+    seen.append(batch)
+    monkeypatch.undo()
+    want = np.asarray(program.learner.logprobs(batch)[1])
+    mask = batch["mask"] > 0
+    got = seen_entropy[-1]
+    assert mask.any() and got[mask].min() > 0
+    np.testing.assert_allclose(got[mask], want[mask], rtol=1e-3, atol=1e-4)
+    return update(batch, seed)
+
+  seen_entropy = []
+  token_advantages = program_lib.adv_lib.token_advantages
+  monkeypatch.setattr(program_lib.adv_lib, "token_advantages",
+                      lambda seq, mask, **kw: seen_entropy.append(np.asarray(kw.get("entropy"))) or
+                      token_advantages(seq, mask, **kw))
+  monkeypatch.setattr(program.learner, "logprobs", learner_pass)
+  monkeypatch.setattr(program.learner, "update", check_then_update)
+  program.run()
+  assert len(seen) == 1

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from m3jax.engine.decode import sample_token
+from m3jax.engine.decode import sample_token, token_entropy
 from m3jax.engine.sampling import Sampler, SamplingConfig
 from m3jax.models.weights.hf import load_hf
 from m3jax.parallel import make_mesh
@@ -270,6 +270,39 @@ def test_seeded_sampling_is_deterministic_and_logprobs_are_policy_logprobs(tiny)
   pick = lambda m: torch.log_softmax(m(torch.tensor([seq])).logits[0] / 0.7, -1)[rows, torch.tensor(a.tokens[0])]
   ref32, ref64 = torch_f32_f64(ref, lambda m, _: pick(m))
   assert_close_to_reference(a.logprobs[0], ref32, ref64, what="sampled-token log-probs")
+
+
+def test_recorded_entropies_are_the_sampling_distributions_and_change_no_sample(tiny):
+  model, ref, _ = tiny
+  cfg = SamplingConfig(max_new_tokens=12, temperature=0.7, top_p=0.9, seed=3)
+  prompts = _prompts()
+  plain = Sampler(model, cfg).generate(prompts)
+  out = Sampler(model, dataclasses.replace(cfg, entropy=True)).generate(prompts)
+  assert out.tokens == plain.tokens and plain.entropies is None
+  for a, b in zip(out.logprobs, plain.logprobs):
+    np.testing.assert_array_equal(a, b)
+  # the entropy of softmax(logits / T) (before top-p truncation) of transformers' full forward, per sampled token
+  seq, n = prompts[1] + out.tokens[1], len(prompts[1])
+  rows = torch.arange(n - 1, len(seq) - 1)
+
+  def entropy(m):
+    logp = torch.log_softmax(m(torch.tensor([seq])).logits[0] / 0.7, -1)[rows]
+    return -(logp.exp() * logp).sum(-1)
+  ref32, ref64 = torch_f32_f64(ref, lambda m, _: entropy(m))
+  assert [len(e) for e in out.entropies] == [len(t) for t in out.tokens]
+  assert_close_to_reference(out.entropies[1], ref32, ref64, what="sampled-token entropies")
+
+
+def test_token_entropy_counts_masked_logits_as_zero_probability():
+  logits = np.array([[1.0, 2.0, -np.inf, 0.5], [0.0, -np.inf, -np.inf, 3.0]], np.float32)
+  cfg = SamplingConfig(temperature=0.5)
+  got = np.asarray(token_entropy(jnp.asarray(logits), cfg))
+  z = logits / 0.5
+  p = np.exp(z - z.max(-1, keepdims=True))
+  p /= p.sum(-1, keepdims=True)
+  want = -np.sum(np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0), -1)
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+  assert np.isfinite(got).all()
 
 
 def test_row_streams_sample_a_row_alike_in_any_batch(tiny):

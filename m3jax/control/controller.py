@@ -159,7 +159,7 @@ class Controller:
       last = round_index == self.config.max_rounds - 1
       traj = trajs[row]
       traj.append_tokens(turn.context_ids, generated=False)
-      traj.append_tokens(turn.gen_ids, generated=True, logprobs=turn.logprobs)
+      traj.append_tokens(turn.gen_ids, generated=True, logprobs=turn.logprobs, entropies=turn.entropies)
       parsed = parse_turn(turn.text)
       traj.rounds.append(RoundRecord(action=parsed.action, content=parsed.content, text=turn.text,
                                      num_generated=len(turn.gen_ids), finish_reason=turn.finish_reason))

@@ -34,6 +34,8 @@ class Turn:
   gen_ids: list[int] = dataclasses.field(default_factory=list)
   logprobs: Float[np.ndarray, "G"] = dataclasses.field(default_factory=lambda: np.zeros((0,), np.float32))
   finish_reason: str = "stop"
+  # each sampled token's distribution entropy, when the sampling config records it (empty otherwise)
+  entropies: Float[np.ndarray, "G"] = dataclasses.field(default_factory=lambda: np.zeros((0,), np.float32))
 
 
 class Policy(Protocol):
@@ -221,17 +223,21 @@ class LLMPolicy:
                                  constraint_starts=first, row_seeds=seeds)
     self._state = out.state
     order = np.argsort(np.argsort(slots))  # the sampler returns rows by slot; give them back in call order
-    out = dataclasses.replace(out, tokens=[out.tokens[i] for i in order], logprobs=[out.logprobs[i] for i in order],
-                              finish_reason=[out.finish_reason[i] for i in order])
+    pick = lambda values: None if values is None else [values[i] for i in order]
+    out = dataclasses.replace(out, tokens=pick(out.tokens), logprobs=pick(out.logprobs),
+                              finish_reason=pick(out.finish_reason), entropies=pick(out.entropies))
     return self._turns(slots, prompts + chunks, out)
 
   def _turns(self, rows: Sequence[int], contexts: Sequence[list[int]], out: SampleOutput) -> list[Turn]:
     turns = []
-    for r, context, ids, logprobs, reason in zip(rows, contexts, out.tokens, out.logprobs, out.finish_reason):
+    entropies = out.entropies or [np.zeros((0,), np.float32)] * len(out.tokens)
+    for r, context, ids, logprobs, entropy, reason in zip(rows, contexts, out.tokens, out.logprobs, entropies,
+                                                          out.finish_reason):
       self._history[r].extend(ids)
       self._finish[r] = reason
       turns.append(Turn(text=self.tokenizer.decode(ids, skip_special_tokens=False), context_ids=list(context),
-                        gen_ids=list(ids), logprobs=np.asarray(logprobs, np.float32), finish_reason=reason))
+                        gen_ids=list(ids), logprobs=np.asarray(logprobs, np.float32), finish_reason=reason,
+                        entropies=np.asarray(entropy, np.float32)))
     return turns
 
 

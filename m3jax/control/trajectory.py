@@ -39,7 +39,8 @@ class RoundRecord:
 @dataclasses.dataclass
 class Trajectory:
   """Everything about one question's episode. Token arrays are aligned: position t holds token t of the whole
-  conversation, `generated[t]` says the policy sampled it, `logprobs[t]` is its log-prob (0 elsewhere)."""
+  conversation, `generated[t]` says the policy sampled it, `logprobs[t]` is its log-prob and `entropies[t]` its
+  distribution's entropy where the sampler recorded it (0 elsewhere)."""
   question_id: str
   question: str
   ground_truth: str
@@ -50,6 +51,7 @@ class Trajectory:
   token_ids: Int[np.ndarray, "L"] = dataclasses.field(default_factory=lambda: np.zeros((0,), np.int32))
   generated: Bool[np.ndarray, "L"] = dataclasses.field(default_factory=lambda: np.zeros((0,), bool))
   logprobs: Float[np.ndarray, "L"] = dataclasses.field(default_factory=lambda: np.zeros((0,), np.float32))
+  entropies: Float[np.ndarray, "L"] = dataclasses.field(default_factory=lambda: np.zeros((0,), np.float32))
   rounds: list[RoundRecord] = dataclasses.field(default_factory=list)
   response: str | None = None  # the final answer; None when the episode ended without [Answer]
   current_clips: list[int] = dataclasses.field(default_factory=list)
@@ -71,8 +73,10 @@ class Trajectory:
   def num_empty_searches(self) -> int:
     return sum(r.empty_search for r in self.rounds if r.result_text)
 
-  def append_tokens(self, ids: list[int], generated: bool, logprobs: np.ndarray | None = None) -> None:
-    """Appends context (`generated=False`) or sampled tokens with their log-probs."""
+  def append_tokens(self, ids: list[int], generated: bool, logprobs: np.ndarray | None = None,
+                    entropies: np.ndarray | None = None) -> None:
+    """Appends context (`generated=False`) or sampled tokens with their log-probs (and entropies, when
+    recorded: one per token, or none)."""
     ids_arr = np.asarray(ids, np.int32)
     if generated:
       if logprobs is None or len(logprobs) != len(ids_arr):
@@ -81,9 +85,15 @@ class Trajectory:
       lp = np.asarray(logprobs, np.float32)
     else:
       lp = np.zeros((len(ids_arr),), np.float32)
+    ent = np.zeros((len(ids_arr),), np.float32)
+    if generated and entropies is not None and len(entropies):
+      if len(entropies) != len(ids_arr):
+        raise ValueError(f"{len(ids_arr)} generated ids but {len(entropies)} entropies")
+      ent = np.asarray(entropies, np.float32)
     self.token_ids = np.concatenate([self.token_ids, ids_arr])
     self.generated = np.concatenate([self.generated, np.full((len(ids_arr),), generated)])
     self.logprobs = np.concatenate([self.logprobs, lp])
+    self.entropies = np.concatenate([self.entropies, ent])
 
   def to_json(self) -> dict[str, Any]:
     """A JSON-able dict (the eval JSONL line); arrays become lists."""
@@ -91,6 +101,10 @@ class Trajectory:
     out["token_ids"] = self.token_ids.tolist()
     out["generated"] = self.generated.astype(np.int8).tolist()
     out["logprobs"] = [round(float(x), 6) for x in self.logprobs]
+    if self.entropies.any():  # recorded for RL (TAURA) only: evaluation records stay as they were
+      out["entropies"] = [round(float(x), 6) for x in self.entropies]
+    else:
+      del out["entropies"]
     out["finished"] = self.finished
     return out
 
@@ -102,4 +116,5 @@ class Trajectory:
     kwargs["token_ids"] = np.asarray(data.get("token_ids", []), np.int32)
     kwargs["generated"] = np.asarray(data.get("generated", []), bool)
     kwargs["logprobs"] = np.asarray(data.get("logprobs", []), np.float32)
+    kwargs["entropies"] = np.asarray(data.get("entropies", np.zeros(len(kwargs["logprobs"]))), np.float32)
     return cls(**kwargs)

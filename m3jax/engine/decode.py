@@ -51,6 +51,9 @@ class SamplingConfig:
   # > 0: a prefill longer than this many tokens runs as pieces of it, each over the rows still fed (`Sampler`'s
   # `_prefill_pieces`; RL rollouts on CPU use 64); 0 = one call at the longest row's width bucket
   prefill_piece: int = 0
+  # record each sampled token's distribution entropy (`token_entropy`; `SampleOutput.entropies`): RL's TAURA
+  # weights then come from the rollout instead of another forward pass of the learner
+  entropy: bool = False
 
   def __post_init__(self):
     if self.max_new_tokens < 1:
@@ -90,6 +93,15 @@ def sample_token(logits: jax.Array, key: jax.Array, cfg: SamplingConfig) -> tupl
             jax.vmap(lambda k, v: jax.random.categorical(k, v))(key, vals))
   tok = choice if idx is None else jnp.take_along_axis(idx, choice[:, None], axis=-1)[:, 0]
   return tok.astype(jnp.int32), jnp.take_along_axis(logp, tok[:, None].astype(jnp.int32), axis=-1)[:, 0]
+
+
+def token_entropy(logits: Float[Array, "B V"], cfg: SamplingConfig) -> Float[Array, "B"]:
+  """Entropy of the distribution `sample_token` draws from before top-k/top-p truncation (softmax of the logits
+  at the temperature; at T = 1 when greedy), the distribution whose log-probs it returns. Masked logits (-inf,
+  constrained decoding) count as probability 0."""
+  scaled = logits.astype(jnp.float32) / (1.0 if cfg.greedy else cfg.temperature)
+  logp = jax.nn.log_softmax(scaled, axis=-1)
+  return -jnp.sum(jnp.where(jnp.isfinite(logp), jnp.exp(logp) * logp, 0.0), axis=-1)
 
 
 def _greedy_token(logits: Float[Array, "B V"]) -> tuple[Int[Array, "B"], Float[Array, "B"]]:
@@ -139,9 +151,12 @@ def _decode(graphdef, params, cache, carry, limit, cfg: SamplingConfig, constrai
     tokens = c["tokens"].at[rows, c["n_gen"]].set(jnp.where(live, tok, c["tokens"][rows, c["n_gen"]]),
                                                   mode="drop")
     logps = c["logp"].at[rows, c["n_gen"]].set(jnp.where(live, logp, 0.0), mode="drop")
+    extra = {}
+    if "entropy" in c:
+      extra["entropy"] = c["entropy"].at[rows, c["n_gen"]].set(jnp.where(live, token_entropy(logits, cfg), 0.0),
+                                                              mode="drop")
     n_gen = c["n_gen"] + live.astype(jnp.int32)
     done = c["done"] | ~live | (live & jnp.isin(tok, stop_ids)) | (n_gen >= cfg.max_new_tokens)
-    extra = {}
     if constraint is not None:
       automaton = jnp.where(live, constraint.next_state[c["automaton"], tok].astype(jnp.int32), c["automaton"])
       done = done | constraint.final[automaton]

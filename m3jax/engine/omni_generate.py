@@ -15,7 +15,7 @@ from flax import nnx
 
 from m3jax.models.decoder import Decoder, KVCache
 from m3jax.models.omni.thinker import Thinker, ThinkerInputs
-from m3jax.engine.decode import SamplingConfig, sample_token
+from m3jax.engine.decode import SamplingConfig, sample_token, token_entropy
 from m3jax.engine.sampling import DecodeState, SampleOutput, Sampler
 
 
@@ -55,6 +55,7 @@ def generate(model: Thinker, inputs: ThinkerInputs, config: SamplingConfig, toke
   logits, cache = _prefill(model, inputs, cache)
   first, first_logp = sample_token(logits, jax.random.PRNGKey(config.seed), config)
   first, first_logp = np.asarray(first).tolist(), np.asarray(first_logp, np.float32)
+  first_ent = np.asarray(token_entropy(logits, config), np.float32) if config.entropy else None
   history = [inputs.input_ids[b, :inputs.lengths[b]].tolist() for b in range(B)]
   sampler = Sampler(RopeDeltaLM(model.lm, inputs.rope_deltas), config, tokenizer)
   stops = set(config.stop_token_ids)
@@ -65,12 +66,16 @@ def generate(model: Thinker, inputs: ThinkerInputs, config: SamplingConfig, toke
   if rest_cfg is None:
     reasons = ["stop" if t in stops else "length" for t in first]
     return SampleOutput([[t] for t in first], [first_logp[b:b + 1] for b in range(B)], reasons,
-                        DecodeState(cache, history, B))
+                        DecodeState(cache, history, B), None,
+                        None if first_ent is None else [first_ent[b:b + 1] for b in range(B)])
   rows = [None if t in stops else [t] for t in first]
   out = sampler.continue_(DecodeState(cache, history, B), rows, rest_cfg)
-  tokens = [[t] + (out.tokens[b] if rows[b] is not None else []) for b, t in enumerate(first)]
-  reasons = [out.finish_reason[b] if rows[b] is not None else "stop" for b in range(B)]
-  logprobs = [np.concatenate([first_logp[b:b + 1], out.logprobs[b]]) if rows[b] is not None else first_logp[b:b + 1]
-              for b in range(B)]
+  at = {b: i for i, b in enumerate(b for b in range(B) if rows[b] is not None)}  # the sampler lists fed rows only
+
+  def joined(head, rest):
+    return [np.concatenate([head[b:b + 1], rest[at[b]]]) if b in at else head[b:b + 1] for b in range(B)]
+  tokens = [[t] + (out.tokens[at[b]] if b in at else []) for b, t in enumerate(first)]
+  reasons = [out.finish_reason[at[b]] if b in at else "stop" for b in range(B)]
   text = [tokenizer.decode(t) for t in tokens] if tokenizer is not None else None
-  return SampleOutput(tokens, logprobs, reasons, out.state, text)
+  return SampleOutput(tokens, joined(first_logp, out.logprobs), reasons, out.state, text,
+                      None if first_ent is None else joined(first_ent, out.entropies))

@@ -70,6 +70,7 @@ class SampleOutput:
   finish_reason: list[str]
   state: DecodeState
   text: list[str] | None = None
+  entropies: list[np.ndarray] | None = None  # per sampled token, with `SamplingConfig.entropy`
 
 
 def _first_of_equal(feed: list[list[int]], history: list[list[int]], cache_len: np.ndarray) -> dict[int, int]:
@@ -371,9 +372,10 @@ class Sampler:
         raise ValueError(f"{len(constraint_starts)} constraint starts for a batch of {len(rows)} rows")
       starts = np.full((len(rows),), int(constraint.start), np.int32)
       starts[:len(constraint_starts)] = constraint_starts
-    out_tok, out_logp, n_gen, done, cache = self._run_decode(cache, logits, ~active, key, cfg, constraint, starts)
+    out_tok, out_logp, out_ent, n_gen, cache = self._run_decode(cache, logits, ~active, key, cfg, constraint,
+                                                                 starts)
     self.compilations += TRACES[0] - traces
-    return self._finish(state, cache, out_tok, out_logp, n_gen, done, rows, cfg, constraint is not None)
+    return self._finish(state, cache, out_tok, out_logp, out_ent, n_gen, rows, cfg, constraint is not None)
 
   def _new_cache(self, batch: int, max_len: int):
     cache = self.model.init_cache(batch, max_len, self.cache_dtype)
@@ -399,6 +401,8 @@ class Sampler:
     if constraint is not None:
       carry["automaton"] = (jnp.full((B,), constraint.start, jnp.int32) if starts is None else
                             jnp.asarray(starts, jnp.int32))
+    if cfg.entropy:
+      carry["entropy"] = jnp.zeros((B, N), jnp.float32)
     if cfg.frequency_penalty or cfg.presence_penalty:
       carry["counts"] = jnp.zeros((B, logits.shape[-1]), jnp.int32)
     interval = cfg.stop_check_interval if cfg.stop_strings else N
@@ -430,11 +434,12 @@ class Sampler:
     self.decode_row_steps += B * step
     self.work.decode(t0, step, (0, 0) if start_len is None else kv_bytes(cache, start_len, n_gen, step, windows))
     self.decode_tokens += int(n_gen.sum())
-    return carry["tokens"], carry["logp"], carry["n_gen"], carry["done"], cache
+    return carry["tokens"], carry["logp"], carry.get("entropy"), carry["n_gen"], cache
 
-  def _finish(self, state, cache, out_tok, out_logp, n_gen, done, rows, cfg, constrained=False) -> SampleOutput:
-    toks, logps, n_gen = (np.asarray(x) for x in jax.device_get((out_tok, out_logp, n_gen)))
-    tokens, logprobs, reasons, texts = [], [], [], []
+  def _finish(self, state, cache, out_tok, out_logp, out_ent, n_gen, rows, cfg, constrained=False) -> SampleOutput:
+    toks, logps, ents, n_gen = (None if x is None else np.asarray(x)
+                                for x in jax.device_get((out_tok, out_logp, out_ent, n_gen)))
+    tokens, logprobs, entropies, reasons, texts = [], [], [], [], []
     for b, r in enumerate(rows):
       if r is None:
         continue
@@ -447,6 +452,8 @@ class Sampler:
         reason = FINISH_STOP_STRING if cut else reason
       tokens.append(seq)
       logprobs.append(logps[b, :len(seq)])
+      if ents is not None:
+        entropies.append(ents[b, :len(seq)])
       reasons.append(reason)
       state.history[b].extend(seq)
       if self.tokenizer is not None:
@@ -455,7 +462,8 @@ class Sampler:
     kept = jnp.asarray([len(h) for h in state.history], jnp.int32)
     cache = cache.replace(length=jnp.minimum(cache.length, kept))
     state.cache = cache
-    return SampleOutput(tokens, logprobs, reasons, state, texts if self.tokenizer is not None else None)
+    return SampleOutput(tokens, logprobs, reasons, state, texts if self.tokenizer is not None else None,
+                        entropies if ents is not None else None)
 
 
 def _truncate_at_stop_string(seq: list[int], stops: Sequence[str], tokenizer) -> tuple[list[int], bool]:

@@ -127,6 +127,9 @@ class RLConfig:
       raise ValueError(f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
     if self.unanswerable_repeat < 1:
       raise ValueError(f"unanswerable_repeat must be >= 1, got {self.unanswerable_repeat}")
+    if not self.recompute_old_logp and self.learner.temperature != self.temperature:
+      raise ValueError(f"recompute_old_logp=False takes the sampler's log-probs (and TAURA's entropies) at temperature "
+                       f"{self.temperature} as the old policy's: learner.temperature is {self.learner.temperature}")
     if self.rollout_slots < 0:
       raise ValueError(f"rollout_slots must be >= 0, got {self.rollout_slots}")
     if self.warm_start_steps < 0 or self.warm_start_questions < 1 or self.warm_start_lr <= 0:

@@ -149,7 +149,8 @@ class RLProgram:
     # bench.rl_throughput's prefill went from 79.2 to 53.1 s a step on an Intel Xeon, same trajectories
     sampling = SamplingConfig(max_new_tokens=c.max_new_tokens, greedy=greedy, temperature=c.temperature,
                               top_p=c.top_p, top_k=c.top_k, stop_token_ids=self.stop_ids, seed=seed,
-                              prefill_piece=64 if jax.default_backend() == "cpu" else 0)
+                              prefill_piece=64 if jax.default_backend() == "cpu" else 0,
+                              entropy=c.advantage == "taura" and not c.recompute_old_logp)
     model = self.local_model()
     if not records:  # a process without questions (an evaluation set smaller than the pod)
       return [], {}
@@ -254,10 +255,12 @@ class RLProgram:
                                         pad_id=self.pad_id)
     metrics.update(bstats)
     t1 = time.perf_counter()
-    if c.recompute_old_logp or c.advantage == "taura":
+    # TAURA's entropies: from the learner's pass when it recomputes the old log-probs anyway, else from the
+    # rollout, which recorded them under the same policy the sampler's log-probs come from (no second forward pass)
+    entropy = batch.pop("entropy")
+    if c.recompute_old_logp:
       logp, entropy = self.learner.logprobs(batch)
-      if c.recompute_old_logp:
-        batch["old_logp"] = logp * batch["mask"]
+      batch["old_logp"] = logp * batch["mask"]
     if c.learner.loss.kl_coef > 0:
       batch["ref_logp"] = self.learner.logprobs(batch, reference=True)[0] * batch["mask"]
     total = np.zeros((rows,), np.float32)

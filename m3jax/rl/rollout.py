@@ -49,10 +49,11 @@ def bucket_length(n: int, bucket: int, max_len: int) -> int:
 
 def build_batch(trajs: Sequence[Trajectory], rows: int, *, seq_bucket: int, max_len: int,
                 pad_id: int = 0) -> tuple[dict[str, np.ndarray], dict[str, float]]:
-  """tokens/lengths/mask/old_logp/turn_ids `[rows, T]` (T = bucketed longest trajectory, ≤ max_len).
+  """tokens/lengths/mask/old_logp/entropy/turn_ids `[rows, T]` (T = bucketed longest trajectory, ≤ max_len).
 
   A trajectory longer than `max_len` is cut (its tail tokens are not trained) and counted in the stats.
-  `old_logp` holds the sampler's log-probs (the behaviour policy), 0 off the mask.
+  `old_logp` holds the sampler's log-probs (the behaviour policy) and `entropy` the entropies it recorded (0 where
+  it recorded none), both 0 off the mask.
   """
   if len(trajs) > rows:
     raise RolloutError(f"{len(trajs)} trajectories do not fit a batch of {rows} rows")
@@ -62,7 +63,7 @@ def build_batch(trajs: Sequence[Trajectory], rows: int, *, seq_bucket: int, max_
   T = bucket_length(longest, seq_bucket, max_len)
   out = {"tokens": np.full((rows, T), pad_id, np.int32), "lengths": np.ones((rows,), np.int32),
          "mask": np.zeros((rows, T), np.float32), "old_logp": np.zeros((rows, T), np.float32),
-         "turn_ids": np.full((rows, T), -1, np.int32)}
+         "entropy": np.zeros((rows, T), np.float32), "turn_ids": np.full((rows, T), -1, np.int32)}
   truncated = 0
   for i, t in enumerate(trajs):
     n = min(len(t.token_ids), T)
@@ -71,6 +72,7 @@ def build_batch(trajs: Sequence[Trajectory], rows: int, *, seq_bucket: int, max_
     out["lengths"][i] = max(n, 1)
     out["mask"][i, :n] = t.generated[:n]
     out["old_logp"][i, :n] = np.where(t.generated[:n], t.logprobs[:n], 0.0)
+    out["entropy"][i, :n] = np.where(t.generated[:n], t.entropies[:n], 0.0)
     out["turn_ids"][i, :n] = turn_ids(t.generated)[:n]
   out["mask"][:, 0] = 0.0  # the first token has no prediction
   stats = {"rollout/truncated": float(truncated), "rollout/seq_len": float(T),

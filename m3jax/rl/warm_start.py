@@ -214,7 +214,7 @@ def clone(program, ckpt: checkpoint.Checkpointer | None = None,
     batch, stats = rollout.build_batch(trajs, n, seq_bucket=c.seq_bucket, max_len=c.max_seq_len,
                                        pad_id=program.pad_id)
     batch["advantages"] = np.zeros_like(batch["mask"])
-    del batch["turn_ids"]
+    del batch["turn_ids"], batch["entropy"]
     metrics = cloner.update(batch, seed=step)[0]
     metrics.update(stats, time_s=time.perf_counter() - t0)
     history.append(metrics)
