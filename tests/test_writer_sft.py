@@ -138,6 +138,12 @@ def test_cached_perception_of_other_settings_is_refused(perceived):
   with pytest.raises(MemoryDirError, match="asr: stored 'tiny.en', now 'base'"):
     writer_data.perceive_episode(seen.episode, work, models=no_models, asr="base")
   assert writer_data.perceive_episode(seen.episode, work, models=no_models).observations == seen.observations
+  # the SFT data of another ASR (configs/sft_writer_cue.py) asks for its own perception, never this cache's
+  with pytest.raises(MemoryDirError, match="asr: stored 'tiny.en', now 'base'"):
+    next(writer_data.episode_pairs([EPISODE.seed], work, EPISODE, asr="base")())
+  from m3jax.sft.run import SFTConfig
+  with pytest.raises(ValueError, match="asr='large'"):
+    SFTConfig(asr="large")
 
 
 def test_writer_drops_and_counts_invented_tags():

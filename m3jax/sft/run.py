@@ -13,6 +13,7 @@ import dataclasses
 import pathlib
 
 from m3jax.memorize.perceive import PerceptionConfig
+from m3jax.perception.asr_models import ASR_MODELS, DEFAULT_ASR
 from m3jax.chunks import ChunkConfig
 from m3jax.data.episodes import EpisodeConfig
 from m3jax.data.questions import check_split, refuse_test_seeds
@@ -104,8 +105,11 @@ class SFTConfig:
   writer_llm: str | None = None
   writer_instruction: str = writer_data.WRITER_INSTRUCTION
   perception: PerceptionConfig = PerceptionConfig()
+  asr: str = DEFAULT_ASR  # the Whisper model that hears the writer's episodes (`m3jax.perception.asr_models`)
 
   def __post_init__(self):
+    if self.asr not in ASR_MODELS:
+      raise ValueError(f"asr={self.asr!r}: expected one of {sorted(ASR_MODELS)}")
     self.lora  # validates the LoRA fields
     refuse_test_seeds(self.train_seeds, "SFTConfig.train_seeds")  # nor the SFT curve (eval_seeds) on the test split
     refuse_test_seeds(self.eval_seeds, "SFTConfig.eval_seeds")
@@ -162,7 +166,7 @@ def _build_writer(cfg: SFTConfig) -> Trainer:
   model, tokenizer = load_llm(cfg.writer_llm)
   attach(model, cfg.lora, seed=cfg.init_seed)
   work = pathlib.Path(cfg.data_dir)
-  sources = {split: writer_data.episode_pairs(seeds, work / "episodes", cfg.episode, cfg.perception)
+  sources = {split: writer_data.episode_pairs(seeds, work / "episodes", cfg.episode, cfg.perception, cfg.asr)
              for split, seeds in (("train", cfg.train_seeds), ("eval", cfg.eval_seeds))}
   splits = _prepare_once(work / "tfds", sources, writer_data.prepare)
   train = writer_data.text_batches(splits["train"], tokenizer, cfg.writer_instruction, cfg.batch,
@@ -192,7 +196,8 @@ def save_writer_adapter(cfg: SFTConfig, trainer: Trainer) -> pathlib.Path:
   out = pathlib.Path(cfg.out_dir) / "writer.npz"
   if jax.process_index() == 0:
     meta = {"base_llm": cfg.writer_llm, "instruction": cfg.writer_instruction, "steps": trainer.step,
-            "train_seeds": list(cfg.train_seeds), "episode": cfg.episode.settings_dict()}
+            "train_seeds": list(cfg.train_seeds), "episode": cfg.episode.settings_dict(), "asr": cfg.asr,
+            "speaker_fps": cfg.perception.speaker_fps}
     export_adapter_file(out, trainer.model, "writer", meta)
   return out
 

@@ -138,14 +138,22 @@ def target_text(target: dict[str, list[str]]) -> str:
 
 
 def episode_pairs(seeds: Sequence[int], work_dir: str | pathlib.Path, episode: EpisodeConfig,
-                  perception: PerceptionConfig = PerceptionConfig()) -> Source:
-  """(key, {"observation", "target"}) per clip with any face or speech (an empty clip needs no writer). Refuses
-  test seeds (`questions.refuse_test_seeds`): the writer's training data and curve never see the test split."""
+                  perception: PerceptionConfig = PerceptionConfig(), asr: str = DEFAULT_ASR) -> Source:
+  """(key, {"observation", "target"}) per clip with any face or speech (an empty clip needs no writer), heard by
+  the Whisper model `asr`. Refuses test seeds (`questions.refuse_test_seeds`): the writer's training data and
+  curve never see the test split."""
   refuse_test_seeds(seeds, "writer episode_pairs")
+  loaded: list[PerceptionModels] = []
+
+  def models() -> PerceptionModels:  # loaded once, and only when an episode is not perceived yet
+    if not loaded:
+      loaded.append(PerceptionModels.load(asr=asr))
+    return loaded[0]
+
   def gen():
     for seed in seeds:
       ep = make_episode(dataclasses.replace(episode, seed=int(seed)))
-      seen = perceive_episode(ep, work_dir, perception)
+      seen = perceive_episode(ep, work_dir, perception, models, asr)
       spans = utterance_spans(ep)
       for obs in seen.observations:
         if obs.faces or obs.speech:
