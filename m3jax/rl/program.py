@@ -2,8 +2,8 @@
 
 Per step: draw questions from a grain iterator, roll out G trajectories each with the batched controller
 (the sampler decodes with the learner's current parameter arrays), judge and shape rewards, keep mixed-outcome
-groups (dynamic sampling), build the fixed-shape batch, recompute old log-probs (and entropies for TAURA),
-compute advantages, and train. The checkpoint holds params, optimizer state, the grain iterator state and the
+groups (dynamic sampling), build the fixed-shape batch, recompute old log-probs if asked (TAURA's entropies come
+from that pass, else from the rollout), compute advantages, and train. The checkpoint holds params, optimizer state, the grain iterator state and the
 step; every random choice (question order, sampling seeds, mini-batch shuffles) is a pure function of
 (`seed`, step), so a killed run resumes with bit-identical next steps.
 
