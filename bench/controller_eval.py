@@ -103,6 +103,16 @@ def shape_table(rows: list[dict]) -> list[str]:
   return lines
 
 
+def family_table(rows: list[dict]) -> list[str]:
+  """Strict hits of each task's answerers per question family, one line per family: where each answerer wins and
+  loses (the families differ in what must be searched and read, so totals hide complementary failures)."""
+  hits: dict = {}
+  for r in (r for r in rows if "family" in r):
+    hits.setdefault((r["task"], r["family"]), {}).setdefault(r["answerer"], []).append(bool(r["strict"]))
+  return [f"[{task}] family {family}: " + ", ".join(f"{kind} {sum(v)}/{len(v)}" for kind, v in sorted(kinds.items()))
+          for (task, family), kinds in sorted(hits.items())]
+
+
 def heldout_task(n: int, embed, dim: int, first_seed: int = HELDOUT_SEED_START):
   """The dev split's `split_task` from `first_seed` (its old name; bench/continuous_batching.py asks with it)."""
   seeds, records = split_questions(n, "dev", first_seed)
@@ -334,7 +344,7 @@ def join_records(files: list[str]) -> None:
     if task == "perception":
       results["perception_n"] = len(ids)
       results["perception_episodes"] = len({i.rsplit("_Q", 1)[0] for i in ids})
-  print("\n".join(shape_table(every)))
+  print("\n".join(shape_table(every) + family_table(every)))
   n = len(next((v for (t, _), v in rows.items() if t == "gold"), {}))
   print(result_line(results, diffs, n, split.pop()))
 
@@ -452,7 +462,8 @@ def main() -> None:
         diffs[task] = paired_differences(results, task)
   if args.resume:  # the report covers every record of the file, the earlier runs' too
     return join_records([str(out_path)])
-  print("\n".join(shape_table([json.loads(line) for line in out_path.read_text().splitlines() if line.strip()])))
+  rows = [json.loads(line) for line in out_path.read_text().splitlines() if line.strip()]
+  print("\n".join(shape_table(rows) + family_table(rows)))
   results["perception_n"] = len(tasks["perception"][1]) if "perception" in tasks else 0
   results["perception_episodes"] = len(tasks["perception"][0]) if "perception" in tasks else 0
   print(result_line(results, diffs, len(tasks["gold"][1]) if "gold" in tasks else 0, args.split))

@@ -68,7 +68,7 @@ def _write(path, answerer, task, verdicts, ids=None):
     for i, ok in zip(ids or range(len(verdicts)), verdicts):
       answer = "Coffee." if ok else "The memory does not say."
       f.write(json.dumps({"task": task, "split": "test", "answerer": answerer, "question_id": f"episode_2000000_Q{i:02d}",
-                          "question": "What does Ann drink?", "truth": "Coffee.", "answer": answer, "strict": ok,
+                          "family": "drink", "question": "What does Ann drink?", "truth": "Coffee.", "answer": answer, "strict": ok,
                           "contains": ok, "unanswerable": False}) + "\n")
   return str(path)
 
@@ -85,6 +85,7 @@ def test_join_rebuilds_the_result_line_from_separate_runs(bench, tmp_path, capsy
   assert fields["trained"] == "0.800" and fields["rules"] == "0.400" and fields["diff_rules"] == "0.400"
   assert float(fields["diff_rules_lo"]) > 0 and fields["n"] == "10" and fields["untrained"] == "NA"
   assert "false declines 2/10" in out and "[gold] stage2 − trained: strict +0.100" in out
+  assert "[gold] family drink: rules 4/10, stage2 9/10, trained 8/10" in out
   # another memory's run (a talking rendering: its question ids say so) pairs with the still one's questions
   cue = tmp_path / "c.jsonl"
   cue.write_text(pathlib.Path(_write(tmp_path / "c0.jsonl", "rules", "gold", [True] * 7 + [False] * 3)).read_text()
