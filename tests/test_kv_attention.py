@@ -99,6 +99,8 @@ def test_a_row_with_nothing_to_see_gives_zeros_and_jit_compiles_once_for_every_l
     assert (out[0] == 0).all() and np.isfinite(out).all()
     traces.append(fn._cache_size())
   assert traces == [1, 1, 1]
-  q, ck, cv, slots, valid = _case([(0, 0), (30, 1)], 1, seed=4)
-  out = window_attention(q, ck[0].transpose(0, 2, 1, 3), cv[0].transpose(0, 2, 1, 3), slots, valid)
-  assert (np.asarray(out)[0] == 0).all() and np.isfinite(np.asarray(out)).all()
+  for T in (1, 3):  # a decode step's form and a prefill piece's (scores masked by a select / by an additive bias)
+    q, ck, cv, slots, valid = _case([(0, 0), (30, T)], T, seed=4)
+    for out in (window_attention(q, ck[0].transpose(0, 2, 1, 3), cv[0].transpose(0, 2, 1, 3), slots, valid),
+                cached_attention(q, *_heads_first(ck, cv), jnp.int32(0), slots, valid, block=BLOCK)):
+      assert (np.asarray(out)[0] == 0).all() and np.isfinite(np.asarray(out)).all() and (np.asarray(out)[1] != 0).all()
