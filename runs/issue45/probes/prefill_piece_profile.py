@@ -45,28 +45,17 @@ os.system(f"rm -rf {trace}")
 with jax.profiler.trace(trace):
   jax.block_until_ready(prefill(gd, params, caches.pop(), toks, fed))
 data = ProfileData.from_file(glob.glob(f"{trace}/**/*.xplane.pb", recursive=True)[0])
-by_op = collections.Counter()
-for plane in data.planes:
-  for line in plane.lines:
-    if "Eigen" not in line.name and "XLA" not in line.name:
-      continue
-    for ev in line.events:
-      if ev.name != "ThunkExecutor::Execute":
-        by_op[ev.name.split(".")[0]] += ev.duration_ns
+by_op, full, count = collections.Counter(), collections.Counter(), collections.Counter()
+for ev in (ev for plane in data.planes for line in plane.lines if "Eigen" in line.name or "XLA" in line.name
+           for ev in line.events if ev.name != "ThunkExecutor::Execute"):
+  by_op[ev.name.split(".")[0]] += ev.duration_ns
+  if ev.name.startswith("ynn_fusion"):
+    full[ev.name] += ev.duration_ns
+    count[ev.name] += 1
 total = sum(by_op.values())
 print(f"thread time {total / 1e9:.2f} s over the ops:")
 for name, ns in by_op.most_common(15):
   print(f"  {ns / 1e6:8.1f} ms  {100 * ns / total:5.1f}%  {name}")
-full = collections.Counter()
-count = collections.Counter()
-for plane in data.planes:
-  for line in plane.lines:
-    if "Eigen" not in line.name and "XLA" not in line.name:
-      continue
-    for ev in line.events:
-      if ev.name.startswith("ynn_fusion"):
-        full[ev.name] += ev.duration_ns
-        count[ev.name] += 1
 print("the largest ynn fusions (name: calls, thread ms):")
 for name, ns in full.most_common(12):
   print(f"  {name:24s} {count[name]:5d} calls  {ns / 1e6:8.1f} ms")
