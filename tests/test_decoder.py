@@ -10,7 +10,7 @@ import pytest
 import torch
 import transformers
 
-from m3jax.models.decoder import DecoderConfig
+from m3jax.models.decoder import DecoderConfig, KVCache
 from m3jax.models.weights.hf import WeightLoadError, load_hf, save_hf
 
 from conftest import CONFIGS
@@ -83,6 +83,35 @@ def test_a_prefix_s_returned_keys_and_values_continue_it_like_the_full_forward(t
   assert abs(float(jax.grad(lambda s: shared(s)[:, 5:].sum())(1.0))) > 0  # the tails read the prefix's keys
   with pytest.raises(ValueError, match="cache-free"):
     model.hidden(jnp.asarray(toks), model.init_cache(2, 16), return_kv=True)
+
+
+def test_a_decode_window_writes_back_exactly_the_slots_its_loop_filled():
+  """`KVCache.with_window` writes back only the slots [start, length) of each row (at most n), and gives the
+  cache that writing the whole window back gives: a row that filled nothing, a row whose n slots run past the
+  window, and unfilled slots inside the window that differ from the cache (never written back)."""
+  rs = np.random.RandomState(0)
+  L, B, K, S, D, W, n = 2, 3, 2, 64, 4, 32, 6
+  cache = KVCache(jnp.asarray(rs.randn(L, B, K, S, D), jnp.float32), jnp.asarray(rs.randn(L, B, K, S, D), jnp.float32),
+                  jnp.asarray([5, 20, 30], jnp.int32))
+  end = np.array([9, 20, 32])  # row 0 filled 4 slots, row 1 none, row 2 the window's last 2
+  kv = cache.layer_window(W)
+  filled = np.zeros((B, W), bool)
+  for b, (s0, e) in enumerate(zip([5, 20, 30], end)):
+    filled[b, s0:e] = True
+  def loop_writes(layers):  # new values in the slots the loop filled
+    out = []
+    for x in layers:
+      x = np.asarray(x).copy()
+      x[np.broadcast_to(filled[:, None], x.shape[:3])] = rs.randn(int(filled.sum()) * K, D)
+      out.append(jnp.asarray(x))
+    return tuple(out)
+  kv = kv.replace(k=loop_writes(kv.k), v=loop_writes(kv.v), length=jnp.asarray(end, jnp.int32))
+  got = cache.with_window(kv, cache.length, n)
+  for full, layers, new in ((cache.k, kv.k, got.k), (cache.v, kv.v, got.v)):
+    np.testing.assert_array_equal(new, full.at[:, :, :, :W].set(jnp.stack(layers)))
+  np.testing.assert_array_equal(got.length, end)
+  junk = kv.replace(k=tuple(x.at[1, :, 25].set(99.0) for x in kv.k))  # row 1, slot 25: not filled by the loop
+  np.testing.assert_array_equal(cache.with_window(junk, cache.length, n).k, got.k)
 
 
 def test_save_load_round_trip_is_exact_and_loads_in_transformers(tiny_dirs, tmp_path):

@@ -176,7 +176,7 @@ def _decode(graphdef, params, cache, carry, limit, cfg: SamplingConfig, constrai
   if window is None:
     return jax.lax.while_loop(cond, body, (carry, cache))
   carry, kv = jax.lax.while_loop(cond, body, (carry, cache.layer_window(window)))
-  return carry, cache.with_window(kv)
+  return carry, cache.with_window(kv, cache.length, carry["tokens"].shape[1])
 
 
 WINDOW_MIN = 128

@@ -172,10 +172,20 @@ class KVCache:
       return tuple(x[i, :, :, :slots] for i in range(x.shape[0]))
     return LayerKV(split(self.k), split(self.v), self.length)
 
-  def with_window(self, kv: "LayerKV") -> "KVCache":
-    """This cache with its first slots replaced by `kv`'s (the inverse of `layer_window`)."""
+  def with_window(self, kv: "LayerKV", start: Int[Array, "B"], n: int) -> "KVCache":
+    """This cache with the slots `kv` filled from `start` on (at most `n` a row: a decode loop's new tokens)
+    written back from its per-layer arrays (the inverse of `layer_window` for what the loop changed).
+
+    WHY only those: writing the whole window back (a stack of every layer, then the update) cost 0.6-0.8 s a
+    decode call at 32 rows x 768 slots on 2 cores, against a few ms for the new slots."""
+    pos = start[:, None] + jnp.arange(n)[None]  # [B, n]
+    rows = jnp.arange(pos.shape[0])[:, None]
+    read = jnp.minimum(pos, kv.max_len - 1)
+    write = jnp.where(pos < kv.length[:, None], pos, self.max_len)  # slots the loop did not fill are dropped
+
     def join(x, layers):
-      return x.at[:, :, :, :layers[0].shape[2]].set(jnp.stack(layers).astype(x.dtype))
+      new = jnp.stack([layer[rows, :, read] for layer in layers], axis=2)  # [B, n, L, K, Dh]
+      return x.at[:, rows, :, write].set(new.astype(x.dtype), mode="drop")
     return KVCache(join(self.k, kv.k), join(self.v, kv.v), kv.length)
 
 
