@@ -114,6 +114,28 @@ def test_a_decode_window_writes_back_exactly_the_slots_its_loop_filled():
   np.testing.assert_array_equal(cache.with_window(junk, cache.length, n).k, got.k)
 
 
+def test_prefilled_rows_write_back_exactly_their_new_slots():
+  """`KVCache.with_rows_filled` (a prefill of a subset of rows) gives the cache that writing the whole rows back
+  gives, and moves nothing the prefill did not fill (a row fed nothing, slots past a row's feed)."""
+  rs = np.random.RandomState(1)
+  L, B, K, S, D, n = 2, 4, 2, 32, 4, 5
+  cache = KVCache(jnp.asarray(rs.randn(L, B, K, S, D), jnp.float32), jnp.asarray(rs.randn(L, B, K, S, D), jnp.float32),
+                  jnp.asarray([3, 10, 0, 29], jnp.int32))
+  index = jnp.asarray([3, 1, 0], jnp.int32)
+  start, end = np.array([29, 10, 3]), np.array([32, 10, 8])  # row 3 fills the cache's last 3, row 1 nothing
+  sub = cache.take_rows(index)
+  k, v = np.asarray(sub.k).copy(), np.asarray(sub.v).copy()
+  for i, (s0, e) in enumerate(zip(start, end)):
+    k[:, i, :, s0:e], v[:, i, :, s0:e] = rs.randn(L, K, e - s0, D), rs.randn(L, K, e - s0, D)
+  filled = KVCache(jnp.asarray(k), jnp.asarray(v), jnp.asarray(end, jnp.int32))
+  got = cache.with_rows_filled(filled, index, jnp.asarray(start, jnp.int32), n)
+  np.testing.assert_array_equal(got.k, cache.k.at[:, index].set(filled.k))
+  np.testing.assert_array_equal(got.v, cache.v.at[:, index].set(filled.v))
+  np.testing.assert_array_equal(got.length, [8, 10, 0, 32])
+  junk = filled.replace(k=filled.k.at[:, 1, :, 12].set(99.0))  # row 1 filled nothing: slot 12 is not its write
+  np.testing.assert_array_equal(cache.with_rows_filled(junk, index, jnp.asarray(start, jnp.int32), n).k, got.k)
+
+
 def test_save_load_round_trip_is_exact_and_loads_in_transformers(tiny_dirs, tmp_path):
   model = load_hf(tiny_dirs["qwen2"][0])
   save_hf(model, tmp_path / "rt", max_shard_bytes=64 << 10)  # force several shards + an index

@@ -47,12 +47,11 @@ def tokens_of(feed, rows, width: int, batch: int | None = None) -> np.ndarray:
 
 @functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(2,))
 def prefill_subset(graphdef, params, cache, index, tokens, chunk_len):
-  """`prefill` on the cache rows `index` (distinct) only, written back in place: a group of rows prefilled at
-  its own width, without computing the rest of the batch."""
+  """`prefill` on the cache rows `index` (distinct) only, their new slots written back in place: a group of rows
+  prefilled at its own width, without computing the rest of the batch."""
   TRACES[0] += 1
   logits, sub = _prefill_rows(graphdef, params, cache.take_rows(index), tokens, chunk_len)
-  return logits, cache.replace(k=cache.k.at[:, index].set(sub.k), v=cache.v.at[:, index].set(sub.v),
-                               length=cache.length.at[index].set(sub.length))
+  return logits, cache.with_rows_filled(sub, index, cache.length[index], tokens.shape[1])
 
 
 @functools.partial(jax.jit, static_argnums=(3,))
@@ -63,12 +62,12 @@ def scatter_logits(logits, part, members, batch: int):
   return base.at[members].set(part[:members.shape[0]])
 
 
-@functools.partial(jax.jit, donate_argnums=(0,))
-def put_rows(cache, sub, index):
-  """`cache` with rows `index` (distinct) replaced by `sub`'s rows, in place: a subset's decode written back."""
+@functools.partial(jax.jit, static_argnums=(4,), donate_argnums=(0,))
+def put_rows(cache, sub, index, start, n: int):
+  """`cache` with what rows `index` (distinct) of `sub` filled from `start` on (at most `n` slots a row) written
+  back in place (`KVCache.with_rows_filled`): a subset's continuation, without moving the rest of its rows."""
   TRACES[0] += 1
-  return cache.replace(k=cache.k.at[:, index].set(sub.k), v=cache.v.at[:, index].set(sub.v),
-                       length=cache.length.at[index].set(sub.length))
+  return cache.with_rows_filled(sub, index, start, n)
 
 
 @jax.jit

@@ -13,7 +13,8 @@ The cache is slot-addressed per sequence: `cache.length[b]` tokens of row b are 
 appended at that offset (ragged batches, multi-turn continuation) and attend to every slot `<=` their own. Cached
 attention reads only the key blocks below the batch's longest fill (`kv_attention`), so a step costs what is
 written, not the bucket the cache was padded to. The sampler's CPU decode loop runs on a `LayerKV` instead: each
-layer's first W slots as arrays of their own, read whole each step (no slice copies), written back when it ends.
+layer's first W slots as arrays of their own, read whole each step (no slice copies); when it ends only the slots
+it filled are written back (`KVCache.with_window`), as a prefill of a few rows writes back only its new slots.
 """
 
 from __future__ import annotations
@@ -178,15 +179,30 @@ class KVCache:
 
     WHY only those: writing the whole window back (a stack of every layer, then the update) cost 0.6-0.8 s a
     decode call at 32 rows x 768 slots on 2 cores, against a few ms for the new slots."""
-    pos = start[:, None] + jnp.arange(n)[None]  # [B, n]
-    rows = jnp.arange(pos.shape[0])[:, None]
-    read = jnp.minimum(pos, kv.max_len - 1)
-    write = jnp.where(pos < kv.length[:, None], pos, self.max_len)  # slots the loop did not fill are dropped
+    rows = jnp.arange(start.shape[0])[:, None]
+    read, write = self._new_slots(start, kv.length, n, kv.max_len)
 
-    def join(x, layers):
-      new = jnp.stack([layer[rows, :, read] for layer in layers], axis=2)  # [B, n, L, K, Dh]
+    def join(x, layers):  # advanced indices split by a slice come first: [B, n, L, K, Dh]
+      new = jnp.stack([layer[rows, :, read] for layer in layers], axis=2)
       return x.at[:, rows, :, write].set(new.astype(x.dtype), mode="drop")
     return KVCache(join(self.k, kv.k), join(self.v, kv.v), kv.length)
+
+  def with_rows_filled(self, sub: "KVCache", index: Int[Array, "N"], start: Int[Array, "N"], n: int) -> "KVCache":
+    """This cache with the slots that `sub` (its rows `index`, distinct, then prefilled) filled from `start` on,
+    at most `n` a row, written back to rows `index`: the rest of those rows is unchanged, so only the new slots
+    move, not whole rows."""
+    rows = jnp.arange(index.shape[0])[:, None]
+    read, write = self._new_slots(start, sub.length, n, sub.max_len)
+
+    def put(x, y):
+      return x.at[:, index[:, None], :, write].set(y[:, rows, :, read].astype(x.dtype), mode="drop")
+    return KVCache(put(self.k, sub.k), put(self.v, sub.v), self.length.at[index].set(sub.length))
+
+  def _new_slots(self, start, length, n: int, slots: int):
+    """(read, write) slot indices [N, n] of the slots [start, length) of each row, at most n: read clamped into
+    the source's `slots`, write past this cache's end (dropped) where a row filled fewer than n."""
+    pos = start[:, None] + jnp.arange(n)[None]
+    return jnp.minimum(pos, slots - 1), jnp.where(pos < length[:, None], pos, self.max_len)
 
 
 @flax.struct.dataclass

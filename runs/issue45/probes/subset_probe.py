@@ -3,7 +3,7 @@ weights), four ways, medians of 5 interleaved runs:
   full     `prefill` over all B rows of the cache (every row fed);
   subset   `prefill_subset` over N of the B rows (what `_prefill_pieces` runs below 3/4 of the batch);
   masked   `prefill` over all B rows with only N fed (the alternative: no gather, extra rows computed);
-  gather   `take_rows` + `put_rows` of N rows alone (the subset's copying).
+  gather   `take_rows` + `with_rows_filled` of N rows alone (the subset's copying; whole rows before session 22).
 
   PYTHONPATH=. python runs/issue45/probes/subset_probe.py B N S CACHED
 """
@@ -18,7 +18,7 @@ import numpy as np
 from flax import nnx
 
 from bench.learner_flops import SMOLLM2
-from m3jax.engine.prefill import prefill, prefill_subset, put_rows
+from m3jax.engine.prefill import prefill, prefill_subset
 from m3jax.models.decoder import Decoder
 
 B, N, S, cached = (int(x) for x in sys.argv[1:5])
@@ -42,7 +42,7 @@ def fresh():
 
 @jax.jit
 def gather_put(cache, index):
-  return put_rows(cache, cache.take_rows(index), index)
+  return cache.with_rows_filled(cache.take_rows(index), index, cache.length[index], W)
 
 
 ways = {
