@@ -62,12 +62,12 @@ def scatter_logits(logits, part, members, batch: int):
   return base.at[members].set(part[:members.shape[0]])
 
 
-@functools.partial(jax.jit, static_argnums=(4,), donate_argnums=(0,))
-def put_rows(cache, sub, index, start, n: int):
-  """`cache` with what rows `index` (distinct) of `sub` filled from `start` on (at most `n` slots a row) written
-  back in place (`KVCache.with_rows_filled`): a subset's continuation, without moving the rest of its rows."""
+@functools.partial(jax.jit, donate_argnums=(0,))
+def put_rows(cache, sub, index):
+  """`cache` with rows `index` (distinct) replaced by `sub`'s rows, in place: a subset's decode written back."""
   TRACES[0] += 1
-  return cache.with_rows_filled(sub, index, start, n)
+  return cache.replace(k=cache.k.at[:, index].set(sub.k), v=cache.v.at[:, index].set(sub.v),
+                       length=cache.length.at[index].set(sub.length))
 
 
 @jax.jit

@@ -188,10 +188,10 @@ class Sampler:
   def _continue_subset(self, state: DecodeState, fed: list[int], new_tokens, cfg: SamplingConfig, seed,
                        constraint, row_ids, constraint_starts, row_seeds) -> SampleOutput:
     """`continue_` on the fed rows only: they are gathered (padded with idle rows to a batch bucket) into a smaller
-    state, decoded there, and the slots they filled written back (`prefill.put_rows`). WHY: continuous
-    batching's slots and the static loop's later rounds feed a few rows of a wide state, and every row of a
-    decode batch computes each step (measured: serve's joined calls at 8 slots were slower than static batches
-    of 1-2 questions). Idle padding rows keep their length and write nothing back. Rows are independent given their tokens,
+    state, decoded there and written back. WHY: continuous batching's slots and the static loop's later rounds
+    feed a few rows of a wide state, and every row of a decode batch computes each step (measured: serve's
+    joined calls at 8 slots were slower than static batches of 1-2 questions). Idle rows written back keep
+    their length, so whatever the decode wrote past it is never read. Rows are independent given their tokens,
     so the fed rows decode as they would in the full state (up to float rounding across batch shapes)."""
     n = _bucket(len(fed), cfg.batch_buckets)
     index = fed + [b for b in range(state.batch) if b not in set(fed)][:n - len(fed)]
@@ -200,15 +200,11 @@ class Sampler:
       return None if values is None else [values[b] if b < len(values) else default for b in index]
 
     start = 0 if constraint is None else int(constraint.start)
-    rows = jnp.asarray(index, jnp.int32)
-    sub = DecodeState(state.cache.take_rows(rows), [state.history[b] for b in index], n)
-    before = np.asarray(jax.device_get(sub.cache.length))  # host copy: the continuation donates the cache
+    sub = DecodeState(state.cache.take_rows(jnp.asarray(index, jnp.int32)), [state.history[b] for b in index], n)
     out = self.continue_(sub, [new_tokens[b] for b in fed], cfg, seed, constraint, pick(row_ids, 0),
                          pick(constraint_starts, start), pick(row_seeds, 0))
     cache = self._ensure_capacity(state.cache, out.state.cache.max_len, cfg)
-    grown = int(np.max(np.asarray(jax.device_get(out.state.cache.length)) - before, initial=0))
-    state.cache = put_rows(cache, out.state.cache, rows, jnp.asarray(before),
-                           _bucket(max(grown, 1), cfg.length_buckets))
+    state.cache = put_rows(cache, out.state.cache, jnp.asarray(index, jnp.int32))
     return dataclasses.replace(out, state=state)
 
   def empty_state(self, batch: int, config: SamplingConfig | None = None) -> DecodeState:

@@ -14,7 +14,8 @@ appended at that offset (ragged batches, multi-turn continuation) and attend to 
 attention reads only the key blocks below the batch's longest fill (`kv_attention`), so a step costs what is
 written, not the bucket the cache was padded to. The sampler's CPU decode loop runs on a `LayerKV` instead: each
 layer's first W slots as arrays of their own, read whole each step (no slice copies); when it ends only the slots
-it filled are written back (`KVCache.with_window`), as a prefill of a few rows writes back only its new slots.
+it filled are written back (`KVCache.with_window`), as a prefill of a few rows (`prefill_subset`) writes back only
+its new slots.
 """
 
 from __future__ import annotations
