@@ -3,33 +3,26 @@ YNN fusion named by its HLO line: B rows of a 1024-slot cache filled lo..hi, 16 
 
   PYTHONPATH=. python runs/issue45/probes/decode_step_profile.py B LO HI
 """
-import sys, time, dataclasses, collections, glob, os, numpy as np, jax, jax.numpy as jnp
-from m3jax.host_memory import retain_freed_memory
-retain_freed_memory()
-from flax import nnx
+import collections
+import glob
+import os
+import pathlib
+import sys
+
+import jax
+import jax.numpy as jnp
 from jax.profiler import ProfileData
-from m3jax.models.decoder import Decoder
-from m3jax.engine.sampling import Sampler, SamplingConfig
-from bench.learner_flops import SMOLLM2
-model = Decoder(dataclasses.replace(SMOLLM2, attention_chunk=0), rngs=nnx.Rngs(0))
-cfg = SamplingConfig(max_new_tokens=16, temperature=0.6, top_p=0.95, top_k=20)
-s = Sampler(model, cfg)
-rng = np.random.default_rng(0)
-B, lo, hi = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-cache = model.init_cache(B, 1024)
-k = jnp.asarray(rng.standard_normal(cache.k.shape) * 0.5, cache.k.dtype); v = jnp.asarray(rng.standard_normal(cache.v.shape) * 0.5, cache.v.dtype)
-length = jnp.asarray(rng.integers(lo, hi, B), jnp.int32)
-logits = jnp.asarray(rng.standard_normal((B, SMOLLM2.vocab_size)), jnp.float32)
-keys = jax.vmap(jax.random.fold_in, (None, 0))(jax.random.PRNGKey(0), jnp.arange(B))
-def once():
-  c = cache.replace(k=k + 0, v=v + 0, length=length); jax.block_until_ready(c)
-  t = time.perf_counter(); out = s._run_decode(c, logits, np.zeros(B, bool), keys, cfg); jax.block_until_ready(out[0])
-  return (time.perf_counter() - t) / 16
-once(); print("ms/step", [round(once() * 1e3, 1) for _ in range(2)])
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from decode_call_probe import setup  # noqa: E402
+
+B, lo, hi = (int(x) for x in sys.argv[1:4])
+s, decode, x = setup(B, lo, hi, 16)
+decode()
+print("ms/step", [round(decode()[0] / 16 * 1e3, 1) for _ in range(2)])
 trace = "/tmp/dtrace"; os.system(f"rm -rf {trace}")
-c = cache.replace(k=k + 0, v=v + 0, length=length); jax.block_until_ready(c)
 with jax.profiler.trace(trace):
-  out = s._run_decode(c, logits, np.zeros(B, bool), keys, cfg); jax.block_until_ready(out[0])
+  decode()
 data = ProfileData.from_file(glob.glob(f"{trace}/**/*.xplane.pb", recursive=True)[0])
 by_op = collections.Counter(); cnt = collections.Counter()
 for ev in (ev for plane in data.planes for line in plane.lines if "Eigen" in line.name or "XLA" in line.name
@@ -45,12 +38,12 @@ for name, ns in pre.most_common(20):
 for name, ns in by_op.most_common(40):
   print(f"  {ns/1e6/16:8.2f} ms/step {100*ns/total:5.1f}%  {cnt[name]//16:4d}/step {name}")
 from m3jax.engine.decode import _decode, _decode_options
-N = cfg.max_new_tokens
-carry = dict(step=jnp.int32(0), logits=logits, done=jnp.zeros(B, bool), n_gen=jnp.zeros((B,), jnp.int32),
-             tokens=jnp.zeros((B, N), jnp.int32), logp=jnp.zeros((B, N), jnp.float32), key=keys)
+N = x.cfg.max_new_tokens
+carry = dict(step=jnp.int32(0), logits=x.logits, done=jnp.zeros(B, bool), n_gen=jnp.zeros((B,), jnp.int32),
+             tokens=jnp.zeros((B, N), jnp.int32), logp=jnp.zeros((B, N), jnp.float32), key=x.keys)
 from m3jax.engine.decode import window_slots
-W = window_slots(int(length.max()) + N, 1024)
-txt = _decode.lower(s.graphdef, s.params, cache, carry, jnp.int32(N), _decode_options(cfg), None, s.layers, W).compile().as_text()
+W = window_slots(int(x.length.max()) + N, 1024)
+txt = _decode.lower(s.graphdef, s.params, x.cache, carry, jnp.int32(N), _decode_options(x.cfg), None, s.layers, W).compile().as_text()
 defs = {}
 for l in txt.splitlines():
   l = l.strip()

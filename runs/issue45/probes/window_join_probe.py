@@ -17,24 +17,15 @@ def join_each(x, layers):
   return x
 def body(layers):  # one fake step: touch one slot per layer (scatter)
   return tuple(l.at[:, :, 5].set(1.0) for l in layers)
-@functools.partial(jax.jit, donate_argnums=(0, 1))
-def cur(k, v):
-  a, b = body(split(k)), body(split(v))
-  return join_stack(k, a), join_stack(v, b)
-@functools.partial(jax.jit, donate_argnums=(0, 1))
-def each(k, v):
-  a, b = body(split(k)), body(split(v))
-  return join_each(k, a), join_each(v, b)
+def way(join):  # split, one step, then `join` back, for keys and values
+  @functools.partial(jax.jit, donate_argnums=(0, 1))
+  def f(k, v):
+    a, b = body(split(k)), body(split(v))
+    return join(k, a), join(v, b)
+  return f
 @functools.partial(jax.jit, donate_argnums=(0, 1))
 def none(k, v):
   return k.at[:, :, :, 5].set(1.0), v.at[:, :, :, 5].set(1.0)
-for name, f in [("cur", cur), ("each", each), ("none", none)]:
-  k = jnp.zeros((L, B, K, S, D)); v = jnp.zeros((L, B, K, S, D))
-  k, v = f(k, v); jax.block_until_ready(k)
-  ts = []
-  for _ in range(5):
-    t = time.perf_counter(); k, v = f(k, v); jax.block_until_ready(k); ts.append(time.perf_counter() - t)
-  print(name, f"{np.median(ts)*1e3:.1f} ms", [round(x*1e3) for x in ts])
 N = 48
 start = jnp.asarray(np.random.default_rng(0).integers(300, 700, B), jnp.int32)
 def join_new(x, layers):  # write back only slots start..start+N of every row
@@ -42,18 +33,21 @@ def join_new(x, layers):  # write back only slots start..start+N of every row
   rows = jnp.arange(B)[:, None]
   new = jnp.stack([l[rows, :, jnp.minimum(pos, W - 1)] for l in layers])  # [L, B, N, K, D]
   return x.at[:, rows, :, pos].set(jnp.moveaxis(new, 0, 2), mode="drop")
-@functools.partial(jax.jit, donate_argnums=(0, 1))
-def newonly(k, v):
-  a, b = body(split(k)), body(split(v))
-  return join_new(k, a), join_new(v, b)
+cur, each, newonly = way(join_stack), way(join_each), way(join_new)
 @functools.partial(jax.jit, donate_argnums=(0, 1))
 def splitonly(k, v):
   a, b = body(split(k)), body(split(v))
   return k.at[:, :, :, 5].set(a[0][:, :, 5]), v.at[:, :, :, 5].set(b[0][:, :, 5])
-for name, f in [("newonly", newonly), ("splitonly", splitonly)]:
-  k = jnp.zeros((L, B, K, S, D)); v = jnp.zeros((L, B, K, S, D))
-  k, v = f(k, v); jax.block_until_ready(k)
-  ts = []
-  for _ in range(5):
-    t = time.perf_counter(); k, v = f(k, v); jax.block_until_ready(k); ts.append(time.perf_counter() - t)
-  print(name, f"{np.median(ts)*1e3:.1f} ms", [round(x*1e3) for x in ts])
+
+
+def time_ways(ways):
+  for name, f in ways:
+    k = jnp.zeros((L, B, K, S, D)); v = jnp.zeros((L, B, K, S, D))
+    k, v = f(k, v); jax.block_until_ready(k)
+    ts = []
+    for _ in range(5):
+      t = time.perf_counter(); k, v = f(k, v); jax.block_until_ready(k); ts.append(time.perf_counter() - t)
+    print(name, f"{np.median(ts)*1e3:.1f} ms", [round(x*1e3) for x in ts])
+
+
+time_ways([("cur", cur), ("each", each), ("none", none), ("newonly", newonly), ("splitonly", splitonly)])
