@@ -166,7 +166,7 @@ def test_the_controller_recipe_reproduces_from_the_repository():
   assert read_adapter_meta(files[1], "controller")["warm_start_expert"] == stages[1].warm_start_expert
 
 
-def test_unanswerable_repeat_draws_each_unanswerable_question_that_often_per_pass(tmp_path):
+def test_unanswerable_and_family_repeats_draw_their_questions_that_often_per_pass(tmp_path):
   import collections
   import dataclasses
 
@@ -183,6 +183,18 @@ def test_unanswerable_repeat_draws_each_unanswerable_question_that_often_per_pas
   assert drawn == {r.question_id: 3 if r.question_id in unanswerable else 1 for r in records}
   with pytest.raises(ValueError, match="unanswerable_repeat"):
     dataclasses.replace(base, unanswerable_repeat=0)
+  # family_repeat multiplies: an unanswerable question of a repeated family is drawn 3 x 2 times a pass
+  family = sorted({r.family for r in records if r.question_id in unanswerable})[0]
+  program = RLProgram(dataclasses.replace(base, unanswerable_repeat=3, family_repeat=((family, 2),),
+                                          out_dir=str(tmp_path)))
+  want = {r.question_id: (3 if r.question_id in unanswerable else 1) * (2 if r.family == family else 1)
+          for r in program.train_records}
+  drawn = collections.Counter(program.dataset[i].question_id for i in range(sum(want.values())))
+  assert drawn == want and max(want.values()) == 6
+  with pytest.raises(ValueError, match="no training question has"):
+    RLProgram(dataclasses.replace(base, family_repeat=(("no_such_family", 2),), out_dir=str(tmp_path)))
+  with pytest.raises(ValueError, match="family_repeat"):
+    dataclasses.replace(base, family_repeat=((family, 0),))
 
 
 def test_sized_episodes_reach_training_and_a_curve_spread_over_episodes(tmp_path):

@@ -57,6 +57,9 @@ class RLConfig:
   # DAPO draws each unanswerable training question this many times per pass over the training questions (1: as
   # generated, about one in six); more draws give the policy more chances to learn to decline
   unanswerable_repeat: int = 1
+  # (family, k) pairs: each training question of that family (`QARecord.family`) is drawn k times per pass, on top
+  # of `unanswerable_repeat` (the two multiply); a curriculum toward the families the policy loses
+  family_repeat: tuple[tuple[str, int], ...] = ()
   batch_questions: int = 4  # groups per training batch
   group_size: int = 2  # G trajectories per question (the reference: 2)
   max_rounds: int = 5
@@ -127,6 +130,9 @@ class RLConfig:
       raise ValueError(f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
     if self.unanswerable_repeat < 1:
       raise ValueError(f"unanswerable_repeat must be >= 1, got {self.unanswerable_repeat}")
+    bad = [pair for pair in self.family_repeat if len(pair) != 2 or not isinstance(pair[1], int) or pair[1] < 1]
+    if bad or len({f for f, _ in self.family_repeat}) != len(self.family_repeat):
+      raise ValueError(f"family_repeat must hold distinct (family, k >= 1) pairs, got {self.family_repeat!r}")
     if not self.recompute_old_logp and self.learner.temperature != self.temperature:
       raise ValueError(f"recompute_old_logp=False takes the sampler's log-probs (and TAURA's entropies) at temperature "
                        f"{self.temperature} as the old policy's: learner.temperature is {self.learner.temperature}")

@@ -101,9 +101,15 @@ class RLProgram:
     self.decode_tokens = self.decode_row_steps = 0  # tokens sampled / batch rows x decode steps run (this process)
 
   def _draws(self, records: list[QARecord], seed: int):
-    """Endless shuffled passes over `records`, each unanswerable one `unanswerable_repeat` times per pass."""
-    extra = [r for r in records if r.unanswerable] * (self.cfg.unanswerable_repeat - 1)
-    return grain.MapDataset.source(records + extra).shuffle(seed=seed).repeat()
+    """Endless shuffled passes over `records`, each unanswerable one `unanswerable_repeat` times per pass, and
+    each of a `family_repeat` family that many times more."""
+    family = dict(self.cfg.family_repeat)
+    unknown = sorted(set(family) - {r.family for r in self.train_records + self.pool_records})
+    if unknown:
+      raise ValueError(f"family_repeat names families no training question has: {unknown}")
+    drawn = records + [r for r in records if r.unanswerable] * (self.cfg.unanswerable_repeat - 1)
+    drawn += [r for k in range(1, max(family.values(), default=1)) for r in drawn if family.get(r.family, 1) > k]
+    return grain.MapDataset.source(drawn).shuffle(seed=seed).repeat()
 
   def _perception_pool(self, offset: int, graphs: list) -> tuple[list[QARecord], list[dict]]:
     """The perception pool's questions (ids prefixed `pool:`, memory ids past the gold graphs'), its graphs
