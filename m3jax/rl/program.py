@@ -102,7 +102,7 @@ class RLProgram:
 
   def _draws(self, records: list[QARecord], seed: int):
     """Endless shuffled passes over `records`, each unanswerable one `unanswerable_repeat` times per pass, and
-    each of a `family_repeat` family that many times more."""
+    each question of a `family_repeat` family k times over (the two multiply)."""
     family = dict(self.cfg.family_repeat)
     unknown = sorted(set(family) - {r.family for r in self.train_records + self.pool_records})
     if unknown:
