@@ -25,10 +25,16 @@ model FLOPs / matmul rate / learner seconds. Search and judging run on the host 
 `prefill_fresh_tokens` were computed; `prefill_reused_tokens` were not, because a group's rows forked one prefill
 or a row continued its own cache.
 
+With `--set rollout_ahead=true --set recompute_old_logp=false` a step's rollout runs beside the previous step's
+update (`RLConfig.rollout_ahead`): its rollout parts were then spent off this step's path, and the path is learner
++ `ahead_wait_s` (the next rollout's time past the update's end) + other; `rollout_s` in RESULT is the rollout
+time on the path (wall − learner − other) and `ahead_steps` counts such steps (the first step's rollout is serial).
+
 Printed per step (parts summing to the wall), then the final line, where every `*_s`, token and GFLOP key is the
 mean over the steps (means of parts sum to the mean wall `wall_s`) and `dapo_steps_per_hour` is 3600 / the
 median wall:
 RESULT dapo_steps_per_hour=... trajectories_kept_per_hour=... wall_s=... rollout_s=... learner_s=... other_s=...
+ahead_wait_s=... ahead_steps=...
 prefill_s=... decode_s=... search_s=... judge_s=... rollout_rest_s=... decode_kv_read_gb=... decode_kv_needed_gb=...
 prefill_fresh_tokens=... prefill_reused_tokens=... prefill_gflop=... decode_gflop=... learner_gflop=... prefill_of_floor=...
 decode_of_floor=... learner_of_floor=... matmul_gflop_s=... read_gb_s=...
@@ -92,7 +98,10 @@ def step_parts(m: dict, wall: float) -> dict[str, float]:
   p = {k: m.get(f"time/{k}", 0.0) for k in ("prefill_s", "decode_s", "search_s", "judge_s")}
   p["rollout_rest_s"] = m["time/rollout_s"] - sum(p.values())
   p["learner_s"] = m.get("time/learn_s", 0.0)
-  p["other_s"] = wall - m["time/rollout_s"] - p["learner_s"]
+  # rollout_ahead: this step's rollout ran beside the last update; the wait for the next one's is on this path
+  p["ahead_wait_s"] = m.get("time/ahead_wait_s", 0.0)
+  on_path = 0.0 if m.get("rollout/ahead") else m["time/rollout_s"]
+  p["other_s"] = wall - on_path - p["learner_s"] - p["ahead_wait_s"]
   p["compile_s"], p["learner_compile_s"] = m.get("time/compile_s", 0.0), m.get("time/learner_compile_s", 0.0)
   return p
 
@@ -130,10 +139,12 @@ def main() -> None:
     p["decode_floor_s"] = max((m["work/decode_steps"] * weight_bytes / 1e9 + p["decode_kv_needed_gb"]) / read,
                               p["decode_gflop"] / rate)
     p["learner_gflop"] = m.get("perf/learn_model_gflop_s", 0.0) * p["learner_s"]
+    p["ahead"] = m.get("rollout/ahead", 0.0)
     rows.append(p)
     print(f"step {step}: {walls[-1]:.1f} s = prefill {p['prefill_s']:.1f} + decode {p['decode_s']:.1f} + search "
           f"{p['search_s']:.1f} + judge {p['judge_s']:.1f} + rollout rest {p['rollout_rest_s']:.1f} + learner "
-          f"{p['learner_s']:.1f} (update {m.get('time/update_s', 0.0):.1f}) + other {p['other_s']:.1f}; compiling "
+          f"{p['learner_s']:.1f} (update {m.get('time/update_s', 0.0):.1f}) + other {p['other_s']:.1f}"
+          f"{'' if not m.get('rollout/ahead') else ' (rollout ran ahead)'} + ahead wait {p['ahead_wait_s']:.1f}; compiling "
           f"{p['compile_s']:.1f} of it (learner {p['learner_compile_s']:.1f}); prefill "
           f"{fresh:.0f} fresh / {p['prefill_reused_tokens']:.0f} reused tokens {p['prefill_gflop']:.1f} GFLOP; "
           f"decode {m['work/decode_steps']:.0f} steps {p['decode_gflop']:.1f} GFLOP, KV read "
@@ -151,7 +162,8 @@ def main() -> None:
       dapo_steps_per_hour=f"{3600 / statistics.median(walls):.2f}",
       trajectories_kept_per_hour=f"{3600 * sum(kept) / sum(walls):.1f}", wall_s=f"{statistics.fmean(walls):.1f}",
       rollout_s=f"{statistics.fmean(walls) - mean['learner_s'] - mean['other_s']:.1f}",
-      learner_s=f"{mean['learner_s']:.1f}", other_s=f"{mean['other_s']:.1f}", **secs,
+      learner_s=f"{mean['learner_s']:.1f}", other_s=f"{mean['other_s']:.1f}",
+      ahead_wait_s=f"{mean['ahead_wait_s']:.1f}", ahead_steps=sum(r["ahead"] for r in rows), **secs,
       prefill_fresh_tokens=f"{mean['prefill_fresh_tokens']:.0f}",
       prefill_reused_tokens=f"{mean['prefill_reused_tokens']:.0f}", prefill_gflop=f"{mean['prefill_gflop']:.1f}",
       decode_kv_read_gb=f"{mean['decode_kv_read_gb']:.1f}", decode_kv_needed_gb=f"{mean['decode_kv_needed_gb']:.1f}",

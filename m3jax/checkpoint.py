@@ -52,9 +52,12 @@ class Checkpointer:
       raise CheckpointError(f"checkpoint {step} in {self.directory} does not match the template: {e}") from e
     return out["arrays"], out["meta"]
 
+  def steps(self) -> list[int]:
+    return sorted(self._manager.all_steps())
+
   def prune(self, keep: int = 1) -> None:
     """Deletes all but the newest `keep` checkpoints (a chunk's end: what a commit of the run carries)."""
-    for step in sorted(self._manager.all_steps())[:-keep]:
+    for step in self.steps()[:-keep]:
       self._manager.delete(step)
 
   def close(self) -> None:

@@ -258,3 +258,47 @@ def test_taura_takes_its_entropies_from_the_rollout(tmp_path, monkeypatch):
   monkeypatch.setattr(program.learner, "update", check_then_update)
   program.run()
   assert len(seen) == 1
+
+
+def test_rollout_ahead_draws_what_a_serial_run_draws_and_resumes_exactly_between_chunks(tmp_path, monkeypatch):
+  """rollout_ahead: step s + 1's groups are rolled out beside step s's update, with the parameters that update
+  starts from. With lr=1e-30 (the policy does not move in float32) every step therefore sees exactly the serial
+  run's groups; with training, a run stopped after step 1 (a chunk's end, step 2's groups already rolled out and
+  kept beside the checkpoint) resumes into the uninterrupted run's steps 2 and 3. A random tiny policy never
+  answers, so a reward that depends on its sampled tokens (a stand-in search bonus) gives the groups advantages."""
+  import dataclasses
+
+  import numpy as np
+
+  from m3jax.config import apply_overrides, load_config
+  from m3jax.rl import program as program_lib
+
+  stats = program_lib.rollout.episode_stats
+
+  def token_bonus(t):  # 0 or 1 "searches", from the sampled tokens
+    return dataclasses.replace(stats(t), searches=int(np.asarray(t.token_ids)[np.asarray(t.generated, bool)].sum()) // 7 % 2)
+
+  monkeypatch.setattr(program_lib.rollout, "episode_stats", token_bonus)
+
+  def run(name, *sets):
+    base = [a for a in FAST if a != "--set"] + ["steps=3", "lora_rank=4", "learner.temperature=0.6",
+                                                "recompute_old_logp=false", f"out_dir={tmp_path / name}"]
+    program_lib.RLProgram(apply_overrides(load_config("configs/rl_tiny.py"), base + list(sets))).run()
+    return _lines(tmp_path / name / "metrics.jsonl")
+
+  same = ("reward/total", "rollout/generated_tokens", "rollout/prefill_tokens", "rollout/tokens", "train/loss")
+  serial, ahead = (run(name, "learner.optim.lr=1e-30", f"rollout_ahead={flag}")
+                   for name, flag in (("serial", "false"), ("ahead", "true")))
+  assert [r["rollout/ahead"] for r in ahead] == [0.0, 1.0, 1.0]
+  assert all(r["train/grad_norm"] > 0 for r in ahead)
+  for key in same:
+    assert [r[key] for r in ahead] == [r[key] for r in serial], key
+
+  full = run("full", "rollout_ahead=true")
+  run("chunked", "rollout_ahead=true", "chunk.max_steps=1")
+  assert [p.name for p in (tmp_path / "chunked" / "ahead").iterdir()] == ["1.pkl"]  # step 2's, beside checkpoint 1
+  chunked = run("chunked", "rollout_ahead=true")
+  assert [r["step"] for r in chunked] == [1, 2, 3] and chunked[1]["rollout/ahead"] == 1.0
+  for key in ("train/grad_norm", *same):
+    assert [r[key] for r in chunked] == [r[key] for r in full], key
+  assert full[2]["train/loss"] != ahead[2]["train/loss"]  # this run's policy did move

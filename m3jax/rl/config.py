@@ -106,6 +106,11 @@ class RLConfig:
   # row passes to a waiting one as soon as it answers. 0 = all trajectories of a rollout as one static batch,
   # whose groups prefill their shared prompt once. Trajectories are the same either way (per-row streams)
   rollout_slots: int = 0
+  # True: while the learner updates on step s's groups, a second thread rolls out step s + 1's with the parameters
+  # that update starts from, so every step trains on rollouts one update behind (their old log-probs are the
+  # sampler's: needs recompute_old_logp=False). On 2 CPU cores a learner update beside decoding took 0.74-0.77 of
+  # the two run one after the other (runs/issue45/zen4/overlap_probe.log). One process only
+  rollout_ahead: bool = False
   eval_every: int = 0  # 0: no held-out evaluation during training
   eval_questions: int = 32
   seed: int = 1
@@ -136,6 +141,9 @@ class RLConfig:
     if not self.recompute_old_logp and self.learner.temperature != self.temperature:
       raise ValueError(f"recompute_old_logp=False takes the sampler's log-probs (and TAURA's entropies) at temperature "
                        f"{self.temperature} as the old policy's: learner.temperature is {self.learner.temperature}")
+    if self.rollout_ahead and self.recompute_old_logp:
+      raise ValueError("rollout_ahead=True trains on rollouts drawn one update earlier: set recompute_old_logp=False "
+                       "so their old log-probs are those of the policy that drew them")
     if self.rollout_slots < 0:
       raise ValueError(f"rollout_slots must be >= 0, got {self.rollout_slots}")
     if self.warm_start_steps < 0 or self.warm_start_questions < 1 or self.warm_start_lr <= 0:

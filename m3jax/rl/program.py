@@ -19,8 +19,10 @@ holds every process's iterator state (a run resumes on any process count dividin
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import pathlib
+import pickle
 import shutil
 import time
 from typing import Any
@@ -62,6 +64,8 @@ class RLProgram:
     if self.processes > 1 and cfg.mesh is None:
       raise ValueError(f"{self.processes} processes joined: set mesh=(data, fsdp, tensor) over their "
                        f"{jax.device_count()} devices")
+    if cfg.rollout_ahead and self.processes > 1:  # its rollouts' gathers would interleave with the update's
+      raise ValueError(f"rollout_ahead runs on one process, {self.processes} joined")
     if cfg.batch_questions % self.processes:
       raise ValueError(f"batch_questions={cfg.batch_questions} does not split over {self.processes} processes")
     self.cfg = cfg
@@ -99,6 +103,9 @@ class RLProgram:
     self.pad_id = int(self.tokenizer.pad_token_id or 0)
     self.prefill_tokens = self.prefill_tokens_saved = 0  # over every rollout of this program (`Sampler`'s counts)
     self.decode_tokens = self.decode_row_steps = 0  # tokens sampled / batch rows x decode steps run (this process)
+    # rollout_ahead: {step: (groups, rollout metrics)} rolled out during the previous step's update
+    self._ahead: dict[int, tuple[list[Group], dict[str, float]]] = {}
+    self._ahead_pool = concurrent.futures.ThreadPoolExecutor(1) if cfg.rollout_ahead else None
 
   def _draws(self, records: list[QARecord], seed: int):
     """Endless shuffled passes over `records`, each unanswerable one `unanswerable_repeat` times per pass, and
@@ -142,10 +149,21 @@ class RLProgram:
     device = jax.local_devices()[0]
     return nnx.merge(graphdef, jax.tree.map(lambda x: jax.device_put(to_host(x), device), state))
 
+  def policy_snapshot(self):
+    """The current policy as arrays of its own (LoRA merged in): the learner's update donates its parameter
+    buffers, so a rollout running beside it (`rollout_ahead`) must not read them."""
+    from flax import nnx
+
+    model = self.local_model()
+    snap = merged(model) if model.lora is not None else nnx.clone(model)
+    if model.lora is None:
+      nnx.update(snap, jax.tree.map(jax.numpy.copy, nnx.state(snap)))
+    return jax.block_until_ready(snap)
+
   def rollout(self, records: list[QARecord], seed: int, greedy: bool = False, group: int | None = None,
-              row_ids: list[int] | None = None):
-    """Runs G trajectories per record with the current parameters; returns (trajectories, reward parts).
-    `row_ids` (one per trajectory) key each trajectory's sampling stream (see `LLMPolicy`)."""
+              row_ids: list[int] | None = None, model=None):
+    """Runs G trajectories per record with `model` (default: the current parameters); returns (trajectories,
+    reward parts). `row_ids` (one per trajectory) key each trajectory's sampling stream (see `LLMPolicy`)."""
     from m3jax.control.build import build_policy
     from m3jax.engine.sampling import SamplingConfig
 
@@ -157,7 +175,7 @@ class RLProgram:
                               top_p=c.top_p, top_k=c.top_k, stop_token_ids=self.stop_ids, seed=seed,
                               prefill_piece=64 if jax.default_backend() == "cpu" else 0,
                               entropy=c.advantage == "taura" and not c.recompute_old_logp)
-    model = self.local_model()
+    model = self.local_model() if model is None else model
     if not records:  # a process without questions (an evaluation set smaller than the pod)
       return [], {}
     # LoRA: decode with the adapters merged into a copy of the weights once per rollout (policy update); on an
@@ -184,7 +202,7 @@ class RLProgram:
     parts["judge_invalid"] = np.array([not v.valid for v in verdicts], np.float64)  # logged, not in the total
     return trajs, parts
 
-  def _generate_round(self, it, step: int, round_box: list[int], n: int):
+  def _generate_round(self, it, step: int, round_box: list[int], n: int, model=None):
     """One rollout round: this process's share of the round's `n` questions, then every process's groups
     (gathered), in the global question order. Questions the batcher skips (saturated pass rates) are drawn past,
     up to 4× the share, so a fully saturated data set cannot stall a round."""
@@ -204,7 +222,7 @@ class RLProgram:
     # local question i is the round's global question i * P + process; its trajectories' streams follow from that
     row_ids = [(i * P + self.process) * G + k for i in range(len(records)) for k in range(G)]
     fed, saved = self.prefill_tokens, self.prefill_tokens_saved
-    trajs, parts = self.rollout(records, seed, row_ids=row_ids)
+    trajs, parts = self.rollout(records, seed, row_ids=row_ids, model=model)
     local = [(trajs[i * G:(i + 1) * G], {k: v[i * G:(i + 1) * G] for k, v in parts.items()})
              for i in range(len(records))]
     shares = gather_objects((local, self.prefill_tokens - fed, self.prefill_tokens_saved - saved))
@@ -231,21 +249,32 @@ class RLProgram:
     from m3jax.rl.warm_start import clone
     return clone(self, ckpt, budget)
 
-  def train_step(self, it, step: int) -> dict[str, float]:
-    c = self.cfg
-    released = release_executables()  # a long run meets many shapes: stay under the process's map limit
+  def _collect(self, it, step: int, model=None) -> tuple[list[Group], dict[str, float]]:
+    """Step `step`'s groups (dynamic sampling over rollout rounds, sampled with `model`, default the current
+    policy) and the metrics of their rollout."""
     t0 = time.perf_counter()
     fed, saved, work = self.prefill_tokens, self.prefill_tokens_saved, self.work.totals()
     self.skipped_questions = 0
-    groups, stats = self.batcher.fill(lambda n, box=[0]: self._generate_round(it, step, box, n), step)
-    stats["ds/skipped_questions"] = float(self.skipped_questions)
-    t_roll = time.perf_counter() - t0
+    groups, stats = self.batcher.fill(lambda n, box=[0]: self._generate_round(it, step, box, n, model), step)
     metrics = dict(stats)
-    metrics["perf/released_executables"] = float(released)  # depends on the process, not the run
-    metrics["time/rollout_s"] = t_roll
+    metrics["ds/skipped_questions"] = float(self.skipped_questions)
+    metrics["time/rollout_s"] = time.perf_counter() - t0
     metrics.update(self.work.since(work))
     metrics["rollout/prefill_tokens"] = float(self.prefill_tokens - fed)
     metrics["rollout/prefill_tokens_saved"] = float(self.prefill_tokens_saved - saved)
+    return groups, metrics
+
+  def train_step(self, it, step: int) -> dict[str, float]:
+    """One DAPO step. With `rollout_ahead` its groups were rolled out during the previous step's update (when
+    that step trained), and this step's update runs beside the rollout of step + 1's."""
+    c = self.cfg
+    released = release_executables()  # a long run meets many shapes: stay under the process's map limit
+    work = self.work.totals()
+    ahead = self._ahead.pop(step, None)
+    groups, metrics = ahead if ahead is not None else self._collect(it, step)
+    if c.rollout_ahead:  # 1: time/rollout_s was spent beside the previous step's update
+      metrics["rollout/ahead"] = float(ahead is not None)
+    metrics["perf/released_executables"] = float(released)  # depends on the process, not the run
     if not groups:
       metrics["train/skipped_empty_batch"] = 1.0
       return metrics
@@ -280,10 +309,16 @@ class RLProgram:
       adv = adv_lib.token_advantages(seq_adv, batch["mask"])
     batch["advantages"] = np.asarray(adv, np.float32)
     del batch["turn_ids"]
+    following = None
+    if self._ahead_pool is not None and step < c.steps:
+      following = self._ahead_pool.submit(self._collect, it, step + 1, self.policy_snapshot())
     t2 = time.perf_counter()
     history = self.learner.update(batch, seed=(c.seed * 7919 + step) % (2**31))
     metrics["time/update_s"] = time.perf_counter() - t2
     dt = time.perf_counter() - t1
+    if following is not None:
+      self._ahead[step + 1] = following.result()
+      metrics["time/ahead_wait_s"] = time.perf_counter() - t1 - dt  # the rollout's time past the update's end
     for k in history[0]:
       metrics[f"train/{k}"] = float(np.mean([h[k] for h in history]))
     metrics["train/skipped_total"] = float(self.learner.skipped_steps)
@@ -314,6 +349,11 @@ class RLProgram:
       if "batcher" in meta:
         self.batcher.restore(meta["batcher"])
       start = int(meta["step"])
+      if "ahead" in meta:  # step start + 1's groups, rolled out before the checkpoint (whatever rollout_ahead is now)
+        path = self._ahead_path(start)
+        if not path.is_file():
+          raise checkpoint.CheckpointError(f"checkpoint {start} needs {path} (the next step's rollouts): not found")
+        self._ahead = {start + 1: pickle.loads(path.read_bytes())}
     self.summary = {"start_step": start, "step": start, "steps": c.steps, "finished": False}
     self.progress = ""
     log = MetricsLog(out, resume_step=start if restored else -1) if lead else None
@@ -355,8 +395,26 @@ class RLProgram:
 
   def _save(self, ckpt: checkpoint.Checkpointer, step: int, it) -> None:
     # every process's iterator state (gathered: process 0 writes the metadata)
-    ckpt.save(step, self.learner.state(), {"step": step, "data": gather_objects(it.get_state()),
-                                           "batcher": self.batcher.state()})
+    meta = {"step": step, "data": gather_objects(it.get_state()), "batcher": self.batcher.state()}
+    if step + 1 in self._ahead:  # already drawn and rolled out: the next step trains on them, resumed or not
+      path = self._ahead_path(step)
+      path.parent.mkdir(parents=True, exist_ok=True)
+      part = path.with_suffix(".part")
+      part.write_bytes(pickle.dumps(self._ahead[step + 1]))
+      part.replace(path)  # written before the checkpoint that names it
+      meta["ahead"] = path.name
+    ckpt.save(step, self.learner.state(), meta)
+    self._prune_ahead(ckpt)
+
+  def _ahead_path(self, step: int) -> pathlib.Path:
+    """Where checkpoint `step` keeps the groups of step + 1 that `rollout_ahead` had rolled out."""
+    return pathlib.Path(self.cfg.out_dir) / "ahead" / f"{step}.pkl"
+
+  def _prune_ahead(self, ckpt: checkpoint.Checkpointer) -> None:
+    kept = {self._ahead_path(s) for s in ckpt.steps()}
+    for path in (pathlib.Path(self.cfg.out_dir) / "ahead").glob("*.pkl"):
+      if path not in kept:
+        path.unlink()
 
   def _chunk_over(self, budget: ChunkBudget) -> bool:
     """Whether this chunk stops before its next step: process 0's clock decides for every process."""
@@ -377,6 +435,7 @@ class RLProgram:
       log.close()
     if self.process == 0 and not self.summary["finished"]:
       ckpt.prune()
+      self._prune_ahead(ckpt)
     ckpt.close()
     if c.lora_rank and dapo:
       self._export_adapter({**self.adapter_meta(), "steps": step})
