@@ -108,8 +108,9 @@ class RLConfig:
   rollout_slots: int = 0
   # True: while the learner updates on step s's groups, a second thread rolls out step s + 1's with the parameters
   # that update starts from, so every step trains on rollouts one update behind (their old log-probs are the
-  # sampler's: needs recompute_old_logp=False). On 2 CPU cores a learner update beside decoding took 0.74-0.77 of
-  # the two run one after the other (runs/issue45/zen4/overlap_probe.log). One process only
+  # sampler's: needs recompute_old_logp=False). Measured on 2 CPU cores only, where the two contend for both cores:
+  # a real step ran 1.05x faster, inside its step-to-step spread (bench/rl_ahead.py, runs/issue45/zen4/rl_ahead.log).
+  # One process only
   rollout_ahead: bool = False
   eval_every: int = 0  # 0: no held-out evaluation during training
   eval_questions: int = 32
