@@ -156,8 +156,8 @@ def rl_run(out: pathlib.Path) -> dict:
   program = RLProgram(cfg)
   sampled = program.rollout
 
-  def rollout(records, seed, greedy=False, group=None, row_ids=None):
-    trajs, parts = sampled(records, seed, greedy, group, row_ids)
+  def rollout(records, seed, greedy=False, group=None, row_ids=None, model=None):
+    trajs, parts = sampled(records, seed, greedy, group, row_ids, model)
     outcome = [float(int(np.sum(np.asarray(t.token_ids)[np.asarray(t.generated, bool)])) % 2) for t in trajs]
     parts.update(reward_components(outcome, [rollout_lib.episode_stats(t) for t in trajs], cfg.reward))
     return trajs, parts

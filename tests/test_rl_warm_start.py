@@ -187,7 +187,7 @@ def test_rounds_skip_questions_whose_pass_rate_saturated(monkeypatch):
   solved = {r.question_id for r in program.train_records[::2]}  # a fake policy: always right on these, else mixed
   rolled = []
 
-  def fake_rollout(records, seed, row_ids=None):
+  def fake_rollout(records, seed, row_ids=None, model=None):
     rolled.extend(r.question_id for r in records)
     outcome = np.array([o for r in records for o in ([1.0, 1.0] if r.question_id in solved else [1.0, 0.0])])
     return [Question(f"{r.question_id}#{k}", r.question, r.answer, 0) for r in records for k in range(2)], \
