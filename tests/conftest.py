@@ -48,13 +48,14 @@ def _libc_malloc_trim():
 _malloc_trim = _libc_malloc_trim()
 
 
-# The slowest files, slowest first (by their time in a 2-worker run on AMD Zen 4, -O0 compiles). The workers
-# take files in collection order (`./m3 test` turns off xdist's reordering by test count, which put the
-# one-test 3-minute no-torch file last, alone on one worker, while the other idled): heaviest first leaves only
-# short files for the end. Keep it in step with `--durations` when a file grows past ~60 s.
-SLOW_FILES = ("test_multihost.py", "test_no_torch.py", "test_memorize.py", "test_rl_warm_start.py",
-              "test_rl_learner.py", "test_ablate.py", "test_control_llm.py", "test_rl_train.py", "test_sampling.py",
-              "test_decoder.py", "test_accelerator_bench.py", "test_writer_sft.py", "test_chat.py")
+# The slowest files, slowest first (by their time in a 2-worker run on AMD Zen 2, AVX2 only, the slowest CPU kind
+# seen; -O0 compiles). The workers take files in collection order (`./m3 test` turns off xdist's reordering by test
+# count, which put the one-test 6-minute no-torch file last, alone on one worker, while the other idled): heaviest
+# first leaves only short files for the end. Keep it in step with `--durations` when a file grows past ~60 s.
+SLOW_FILES = ("test_no_torch.py", "test_multihost.py", "test_memorize.py", "test_rl_learner.py", "test_rl_train.py",
+              "test_control_llm.py", "test_sampling.py", "test_ablate.py", "test_decoder.py", "test_rl_warm_start.py",
+              "test_serve_durability.py", "test_writer_sft.py", "test_chunks.py", "test_chat.py",
+              "test_accelerator_bench.py")
 
 
 def pytest_collection_modifyitems(items):
