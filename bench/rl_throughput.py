@@ -2,10 +2,11 @@
 
   python -m bench.rl_throughput [--steps 2] [--out runs/rl_throughput] [--set k=v ...]
 
-The shipped controller's training setup (configs/rl_controller.py: SmolLM2-135M-Instruct, rank-8 LoRA, MiniLM
+The stage-3 controller's training setup (configs/rl_controller.py: SmolLM2-135M-Instruct, rank-8 LoRA, MiniLM
 retrieval, the 5-round protocol, 48-token turns, sampling T=0.6 / top-p 0.95 / top-k 20, token-mean DAPO loss with
 clip-higher) at bench/rl_learn.py's batch: 8 questions x G=4 per step, dynamic sampling of mixed-outcome groups
-over at most 2 generation rounds. It starts from the shipped adapter with no warm start, so the groups are mixed as
+over at most 2 generation rounds. It starts from the stage-3 adapter (m3jax/data/controller/stage3_dapo.npz, the
+shipped one until 2026-12-08, so earlier runs' numbers stay comparable) with no warm start, so the groups are mixed as
 in a real run from it (a prompted 135M model answers nothing and no group would be kept). Each of `--steps`
 `RLProgram.train_step`s is timed; checkpoints are not written.
 
@@ -61,7 +62,6 @@ import time
 import jax
 import jax.numpy as jnp
 
-from m3jax.control import SHIPPED_CONTROLLER
 from m3jax.config import apply_overrides, load_config
 from m3jax.host_memory import retain_freed_memory
 from m3jax.rl.dynamic_sampling import DynamicSamplingConfig
@@ -71,11 +71,12 @@ from bench.harness import best_time, cpu_model, machine, result_line
 from bench.learner_flops import matmul_runs
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+STAGE3 = ROOT / "m3jax" / "data" / "controller" / "stage3_dapo.npz"
 
 
 def bench_config(out: str) -> RLConfig:
   recipe = load_config(ROOT / "configs" / "rl_controller.py")
-  return dataclasses.replace(recipe, init_adapter=str(SHIPPED_CONTROLLER), warm_start_steps=0, eval_every=0,
+  return dataclasses.replace(recipe, init_adapter=str(STAGE3), warm_start_steps=0, eval_every=0,
                              batch_questions=8, group_size=4, steps=1_000_000, out_dir=out,
                              sampling=DynamicSamplingConfig(enabled=True, max_rounds=2, carry_over=False))
 

@@ -6,8 +6,9 @@ perception.
   python -m m3jax.eval.ablate --config configs/ablate.py
   python -m m3jax.eval.ablate --config configs/ablate.py --set trained_adapter=runs/rl_controller/adapter.npz   # another
 
-The trained controller (the "prompting vs RL" row, and the answerer of the memory rows) is the shipped one,
-m3jax/data/controller/controller.npz, in the protocol its file records; retrieval is MiniLM as it was trained with.
+The trained controller (the "prompting vs RL" row, and the answerer of the memory rows) is the stage-3 one,
+m3jax/data/controller/stage3_dapo.npz (the shipped controller.npz when the table was measured; the table's finished
+rows in runs/ablate stay valid), in the protocol its file records; retrieval is MiniLM as it was trained with.
 Turns are 48 tokens, as bench/controller_eval.py runs the untrained base and the shipped controller.
 
 Re-running the same command resumes: finished evaluations are kept in out_dir/evals, RL runs in out_dir/rl.
@@ -26,11 +27,11 @@ import dataclasses
 import pathlib
 
 from m3jax.eval.ablate import AblateConfig
-from m3jax.control import SHIPPED_CONTROLLER
 from m3jax.config import load_config
 
 HERE = pathlib.Path(__file__).resolve().parent
 RL_STEPS = 10
+STAGE3 = HERE.parent / "m3jax" / "data" / "controller" / "stage3_dapo.npz"
 
 
 def get_config() -> AblateConfig:
@@ -40,5 +41,5 @@ def get_config() -> AblateConfig:
   rl = dataclasses.replace(load_config(HERE / "rl_controller.py"), steps=RL_STEPS, eval_every=0, judge="strict",
                            out_dir="runs/ablate/rl")
   return AblateConfig(out_dir="runs/ablate", questions=96, embedder="minilm", judge="strict",
-                      memory_answerer="llm", trained_adapter=str(SHIPPED_CONTROLLER), max_rounds=5, max_new_tokens=48,
+                      memory_answerer="llm", trained_adapter=str(STAGE3), max_rounds=5, max_new_tokens=48,
                       rl=rl, rl_seeds=(1, 2, 3), perception_seeds=(1_000_000,))

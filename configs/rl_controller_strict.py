@@ -1,7 +1,8 @@
 """python train.py rl --config configs/rl_controller_strict.py --max-minutes 90   # then: bash runs/rl_strict/continue.cmd
 
 Issue 43's controller run: DAPO paid by the strict judge, on the memories the product builds. It continues the
-shipped controller (m3jax/data/controller/controller.npz, stage 3 of configs/rl_controller.py) with its recipe
+stage-3 controller (m3jax/data/controller/stage3_dapo.npz: shipped as controller.npz until 2026-12-08, stage 3 of
+configs/rl_controller.py) with its recipe
 (SmolLM2-135M, rank-8 LoRA, 4 questions x G=4 per step, 48-token turns, up to 5 rounds, dynamic sampling over 2
 rollout rounds, AdamW lr 2e-4, no KL) and changes what the policy sees and how it is paid:
 
@@ -25,11 +26,11 @@ from m3jax.config import load_config
 from m3jax.rl.program import RLConfig
 
 HERE = pathlib.Path(__file__).resolve().parent
-SHIPPED = HERE.parent / "m3jax" / "data" / "controller" / "controller.npz"
+STAGE3 = HERE.parent / "m3jax" / "data" / "controller" / "stage3_dapo.npz"
 
 
 def get_config() -> RLConfig:
   shipped = load_config(HERE / "rl_controller.py")
-  return dataclasses.replace(shipped, init_adapter=str(SHIPPED), judge="strict", steps=150, seed=3,
+  return dataclasses.replace(shipped, init_adapter=str(STAGE3), judge="strict", steps=150, seed=3,
                              pool_seeds=(0, 16), pool_ratio=0.5, eval_every=10, eval_questions=64,
                              out_dir="runs/rl_strict")

@@ -95,7 +95,7 @@ def test_the_strict_run_is_the_shipped_recipe_paid_by_the_strict_judge_on_the_po
   changed = {f.name for f in dataclasses.fields(strict) if getattr(strict, f.name) != getattr(shipped, f.name)}
   assert changed == {"init_adapter", "judge", "steps", "seed", "pool_seeds", "pool_ratio",
                      "eval_questions", "out_dir"}
-  assert strict.outcome_judge == "strict" and pathlib.Path(strict.init_adapter).name == "controller.npz"
+  assert strict.outcome_judge == "strict" and pathlib.Path(strict.init_adapter).name == "stage3_dapo.npz"
   assert strict.steps >= 150 and strict.batch_questions * strict.group_size >= 16 and 0 < strict.pool_ratio < 1
 
 

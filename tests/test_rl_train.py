@@ -145,24 +145,37 @@ def test_warm_start_survives_crashes_in_itself_and_after_it(tmp_path, monkeypatc
 
 
 def test_the_controller_recipe_reproduces_from_the_repository():
-  """The shipped controller's three stages chain through files shipped beside it: configs/rl_controller.py (stage
-  3, DAPO) starts from stage2_direct.npz, which configs/rl_controller_direct.py makes from stage1_hindsight.npz,
-  which configs/rl_controller_warm.py makes; each file's metadata names the settings of the config that made it."""
+  """The shipped controller's six stages chain through files in the repository: configs/rl_controller_warm.py makes
+  stage1_hindsight.npz, configs/rl_controller_direct.py stage2_direct.npz from it, configs/rl_controller.py (DAPO)
+  stage3_dapo.npz (shipped as controller.npz until 2026-12-08), configs/rl_controller_sized.py, _explore.py and
+  _curriculum.py continue it (runs/rl_sized, runs/rl_explore), and the shipped file is the curriculum run at its
+  step 74. Each config starts from the file the stage before made; each file's metadata names the settings of the
+  config that made it."""
   import pathlib
 
   from m3jax.control import SHIPPED_CONTROLLER
-  from m3jax.config import load_config
+  from m3jax.config import apply_overrides, load_config
   from m3jax.models.lora import read_adapter_meta
 
-  stages = [load_config(f"configs/{name}.py") for name in ("rl_controller_warm", "rl_controller_direct",
-                                                            "rl_controller")]
-  files = [stages[1].init_adapter, stages[2].init_adapter, SHIPPED_CONTROLLER]
-  for cfg, path in zip(stages, files):  # file k was made by stage k
+  here = pathlib.Path(SHIPPED_CONTROLLER).parent
+  names = ("rl_controller_warm", "rl_controller_direct", "rl_controller", "rl_controller_sized",
+           "rl_controller_explore", "rl_controller_curriculum")
+  stages = [load_config(f"configs/{name}.py") for name in names]
+  stages[-1] = apply_overrides(stages[-1], ["steps=74"])  # the shipped adapter is the curriculum run's step 74
+  files = [here / "stage1_hindsight.npz", here / "stage2_direct.npz", here / "stage3_dapo.npz",
+           pathlib.Path("runs/rl_sized/adapter.npz"), pathlib.Path("runs/rl_explore/adapter.npz"), SHIPPED_CONTROLLER]
+  renamed = {"stage3_dapo.npz": "controller.npz"}  # the sized run started from it under its shipped name
+  for k, (cfg, path) in enumerate(zip(stages, files)):  # file k was made by stage k
     info = read_adapter_meta(path, "controller")
     assert (int(info["rank"]), float(info["alpha"]), tuple(info["targets"])) == (
         cfg.lora_rank, cfg.lora_alpha, tuple(cfg.lora_targets)), path
     assert (info["seed"], info["warm_start_steps"], info["steps"]) == (cfg.seed, cfg.warm_start_steps, cfg.steps), path
-    assert info.get("init_adapter", "") == (pathlib.Path(cfg.init_adapter).name if cfg.init_adapter else ""), path
+    if k:
+      start = pathlib.Path(cfg.init_adapter)
+      assert start.resolve() == files[k - 1].resolve(), (names[k], start)
+      assert info["init_adapter"] == renamed.get(start.name, start.name), path
+    else:
+      assert info.get("init_adapter", "") == "", path
   assert read_adapter_meta(files[1], "controller")["warm_start_expert"] == stages[1].warm_start_expert
 
 
